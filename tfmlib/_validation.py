@@ -1,0 +1,108 @@
+"""Argument checks shared by every module.
+
+Each helper raises a ``TypeError`` or ``ValueError`` whose message names the
+argument, what was expected and what came, so a learner never has to decode an
+error from deep inside torch.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def shape_str(x: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+
+
+def require_tensor(name: str, value, *, layout: str | None = None) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        expected = f"a tensor of shape {layout}" if layout else "a tensor"
+        raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
+    return value
+
+
+def require_ndim(name: str, x, ndim: int, layout: str) -> torch.Tensor:
+    require_tensor(name, x, layout=layout)
+    if x.dim() != ndim:
+        raise ValueError(
+            f"{name}: expected a {ndim}-D tensor {layout}, got shape {shape_str(x)}"
+        )
+    return x
+
+
+def require_min_ndim(name: str, x, ndim: int, layout: str) -> torch.Tensor:
+    require_tensor(name, x, layout=layout)
+    if x.dim() < ndim:
+        raise ValueError(
+            f"{name}: expected at least {ndim} dimensions {layout}, got shape {shape_str(x)}"
+        )
+    return x
+
+
+def require_float(name: str, x: torch.Tensor) -> torch.Tensor:
+    if not x.is_floating_point():
+        raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def require_integer_ids(name: str, x) -> torch.Tensor:
+    require_tensor(name, x, layout="of integer token ids")
+    if x.dtype in (torch.bool,) or x.is_floating_point() or x.is_complex():
+        raise TypeError(
+            f"{name}: expected integer token ids (torch.long), got dtype {x.dtype}"
+        )
+    return x
+
+
+def require_size(name: str, x: torch.Tensor, dim: int, size: int, what: str) -> None:
+    if x.size(dim) != size:
+        raise ValueError(
+            f"{name}: expected size {size} ({what}) on axis {dim}, "
+            f"got shape {shape_str(x)}"
+        )
+
+
+def require_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected a positive int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name}: expected a positive int, got {value}")
+    return value
+
+
+def require_probability(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a float in [0, 1), got {value!r}")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name}: expected a float in [0, 1), got {value}")
+    return float(value)
+
+
+def require_mask(name: str, mask, target_shape: tuple[int, ...], target_layout: str):
+    """A mask must be bool (True = may attend) and broadcast to the scores' shape."""
+    if mask is None:
+        return None
+    require_tensor(name, mask, layout="of bools")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name}: expected a bool tensor (True = may attend), got dtype {mask.dtype}"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, target_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(target_shape):
+        raise ValueError(
+            f"{name}: shape {shape_str(mask)} does not broadcast to the scores' shape "
+            f"{tuple(target_shape)} {target_layout}"
+        )
+    return mask
+
+
+def require_keys(name: str, params, keys: tuple[str, ...]) -> None:
+    if not isinstance(params, dict):
+        raise TypeError(f"{name}: expected a dict with keys {keys}, got {type(params).__name__}")
+    missing = [k for k in keys if k not in params]
+    if missing:
+        raise ValueError(
+            f"{name}: missing keys {missing}; expected {keys}, got {tuple(params)}"
+        )

@@ -1,0 +1,51 @@
+"""Notebook 05: scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._validation import require_float, require_mask, require_min_ndim, shape_str
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor,
+                                 value: torch.Tensor, mask: torch.Tensor | None = None):
+    """(..., Lq, d_k), (..., Lk, d_k), (..., Lk, d_v) -> context (..., Lq, d_v), weights (..., Lq, Lk).
+
+    `mask` is bool and broadcasts to (..., Lq, Lk); True means "may attend".
+    A query row whose keys are all masked gets zero weights and a zero context.
+    """
+    _check_inputs(query, key, value)
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)   # (..., Lq, Lk)
+    if mask is not None:
+        require_mask("mask", mask, scores.shape, "(..., Lq, Lk)")
+        scores = scores.masked_fill(~mask, float("-inf"))      # masked keys get no weight
+    weights = torch.softmax(scores, dim=-1)                    # over keys; NaN on all -inf rows
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)              # exact zeros, and no NaN
+    return weights @ value, weights                            # (..., Lq, d_v), (..., Lq, Lk)
+
+
+def _check_inputs(query, key, value) -> None:
+    for name, x, layout in (("query", query, "(..., Lq, d_k)"), ("key", key, "(..., Lk, d_k)"),
+                            ("value", value, "(..., Lk, d_v)")):
+        require_min_ndim(name, x, 2, layout)
+        require_float(name, x)
+    if key.size(-1) != query.size(-1):
+        raise ValueError(
+            f"key: expected last axis d_k = {query.size(-1)} to match query {shape_str(query)}, "
+            f"got shape {shape_str(key)}"
+        )
+    if value.size(-2) != key.size(-2):
+        raise ValueError(
+            f"value: expected Lk = {key.size(-2)} rows to match key {shape_str(key)}, "
+            f"got shape {shape_str(value)}"
+        )
+    try:
+        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"query, key, value: leading (batch/head) axes must broadcast, got "
+            f"{shape_str(query)}, {shape_str(key)}, {shape_str(value)}"
+        ) from None

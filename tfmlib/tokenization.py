@@ -1,0 +1,107 @@
+"""Notebook 02: sentence -> tokens -> ids -> a padded (B, L) LongTensor, and back."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from ._validation import require_integer_ids
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = (PAD, BOS, EOS, UNK)
+
+
+def tokenize(sentence: str) -> list[str]:
+    """Split on whitespace: "I love NLP" -> ["I", "love", "NLP"]."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence: expected a str, got {type(sentence).__name__}")
+    return sentence.split()
+
+
+def build_vocab(sentences: Iterable[str], specials: Sequence[str] = SPECIALS) -> dict[str, int]:
+    """Token -> id. Specials get 0, 1, 2, ... first; then tokens in order of first appearance.
+
+    Specials first means `<pad>` is 0 on every corpus, so padding never collides
+    with a real word's id.
+    """
+    if isinstance(sentences, str):
+        raise TypeError("sentences: expected a list of sentences, got a single str")
+    vocab: dict[str, int] = {}
+    for token in specials:
+        vocab.setdefault(token, len(vocab))
+    for sentence in sentences:
+        for token in tokenize(sentence):
+            vocab.setdefault(token, len(vocab))
+    return vocab
+
+
+def invert_vocab(vocab: dict[str, int]) -> dict[int, str]:
+    """Id -> token, the lookup `decode` needs."""
+    return {index: token for token, index in vocab.items()}
+
+
+def _special_id(vocab: dict[str, int], token: str) -> int:
+    if token not in vocab:
+        raise ValueError(
+            f"vocab: expected the special token {token!r} in the vocabulary, "
+            f"got a vocab without it (first keys: {list(vocab)[:5]})"
+        )
+    return vocab[token]
+
+
+def encode(sentence: str, vocab: dict[str, int], add_bos: bool = False,
+           add_eos: bool = False) -> list[int]:
+    """Sentence -> list of ids; a token missing from `vocab` becomes `<unk>`."""
+    unk_id = _special_id(vocab, UNK)
+    ids = [vocab.get(token, unk_id) for token in tokenize(sentence)]
+    if add_bos:
+        ids.insert(0, _special_id(vocab, BOS))
+    if add_eos:
+        ids.append(_special_id(vocab, EOS))
+    return ids
+
+
+def decode(ids, vocab: dict[str, int], skip_specials: bool = True) -> str:
+    """Ids (list or 1-D tensor) -> sentence. Stops at `<eos>`; drops specials if asked."""
+    if isinstance(ids, torch.Tensor):
+        require_integer_ids("ids", ids)
+        if ids.dim() != 1:
+            raise ValueError(f"ids: expected a 1-D tensor (L,), got shape {tuple(ids.shape)}")
+        ids = ids.tolist()
+    id_to_token = invert_vocab(vocab)
+    tokens = []
+    for index in ids:
+        if index not in id_to_token:
+            raise ValueError(f"ids: id {index} is not in the vocabulary (size {len(vocab)})")
+        token = id_to_token[index]
+        if token == EOS and skip_specials:
+            break
+        if skip_specials and token in SPECIALS:
+            continue
+        tokens.append(token)
+    return " ".join(tokens)
+
+
+def pad_batch(id_lists: Sequence[Sequence[int]], pad_id: int,
+              max_len: int | None = None) -> torch.Tensor:
+    """Lists of ids of different lengths -> one (B, L) LongTensor, padded on the right.
+
+    L is the longest list, or `max_len` (longer lists are truncated to it).
+    """
+    if len(id_lists) == 0:
+        raise ValueError("id_lists: expected at least one sequence, got an empty batch")
+    if max_len is not None and (not isinstance(max_len, int) or max_len <= 0):
+        raise ValueError(f"max_len: expected a positive int or None, got {max_len!r}")
+    length = max_len if max_len is not None else max(len(ids) for ids in id_lists)
+    batch = torch.full((len(id_lists), length), pad_id, dtype=torch.long)  # (B, L)
+    for row, ids in enumerate(id_lists):
+        ids = list(ids)[:length]
+        batch[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return batch
+
+
+def encode_batch(sentences: Sequence[str], vocab: dict[str, int], add_bos: bool = False,
+                 add_eos: bool = False, max_len: int | None = None) -> torch.Tensor:
+    """Sentences -> (B, L) LongTensor: the whole of notebook 02 in one call."""
+    id_lists = [encode(s, vocab, add_bos=add_bos, add_eos=add_eos) for s in sentences]
+    return pad_batch(id_lists, _special_id(vocab, PAD), max_len=max_len)

@@ -1,0 +1,233 @@
+"""Notebook 10: a tiny encoder-decoder built only from tfmlib, trained with the hand-written Adam.
+
+Toy tasks are generated in code: reverse a digit sequence, or write the sum of its digits.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .adam import adam_init, adam_step, zero_grad
+from .embeddings import add_positional_encoding, embed, sinusoidal_positional_encoding
+from .encoder_decoder import (decoder, encoder, init_decoder_layer_params,
+                              init_encoder_layer_params)
+from .masks import padding_mask, target_mask
+from .multihead import linear
+from .sublayers import init_norm_params
+from .tokenization import BOS, EOS, PAD, build_vocab, decode
+
+DIGITS = "0 1 2 3 4 5 6 7 8 9"
+VOCAB = build_vocab([DIGITS])  # <pad>=0 <bos>=1 <eos>=2 <unk>=3, then the digits 4..13
+PAD_ID, BOS_ID, EOS_ID = VOCAB[PAD], VOCAB[BOS], VOCAB[EOS]
+FIRST_DIGIT_ID = VOCAB["0"]
+
+
+# ---- toy data -------------------------------------------------------------------------------
+
+def is_held_out(digits: list[int]) -> bool:
+    """A fixed ~10 % of all sequences never appear in training: the held-out split."""
+    fingerprint = 0
+    for d in digits:
+        fingerprint = (fingerprint * 31 + d + 1) % 1_000_003
+    return fingerprint % 10 == 0
+
+
+def random_digit_sequences(count: int, min_len: int, max_len: int, held_out: bool,
+                           generator: torch.Generator) -> list[list[int]]:
+    """`count` random digit lists, all from the training split or all from the held-out split."""
+    sequences = []
+    while len(sequences) < count:
+        length = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))
+        digits = torch.randint(0, 10, (length,), generator=generator).tolist()
+        if is_held_out(digits) == held_out:
+            sequences.append(digits)
+    return sequences
+
+
+def reverse_target(digits: list[int]) -> list[int]:
+    return digits[::-1]
+
+
+def sum_target(digits: list[int]) -> list[int]:
+    return [int(c) for c in str(sum(digits))]
+
+
+TASKS = {"reverse": reverse_target, "sum": sum_target}
+
+
+def make_batch(task: str, count: int, min_len: int, max_len: int, held_out: bool,
+               generator: torch.Generator):
+    """-> src (B, Ls) and tgt (B, Lt) id tensors; tgt is <bos> answer <eos>, right-padded."""
+    if task not in TASKS:
+        raise ValueError(f"task: expected one of {sorted(TASKS)}, got {task!r}")
+    sequences = random_digit_sequences(count, min_len, max_len, held_out, generator)
+    src = _pad([[FIRST_DIGIT_ID + d for d in s] for s in sequences])
+    tgt = _pad([[BOS_ID] + [FIRST_DIGIT_ID + d for d in TASKS[task](s)] + [EOS_ID]
+                for s in sequences])
+    return src, tgt
+
+
+def _pad(id_lists: list[list[int]]) -> torch.Tensor:
+    length = max(len(ids) for ids in id_lists)
+    return torch.tensor([ids + [PAD_ID] * (length - len(ids)) for ids in id_lists])
+
+
+def shift_right(tgt: torch.Tensor):
+    """Teacher forcing: the decoder reads tgt[:, :-1] and must predict tgt[:, 1:]."""
+    return tgt[:, :-1], tgt[:, 1:]
+
+
+# ---- the model ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = len(VOCAB)
+    d_model: int = 64
+    num_heads: int = 4
+    d_ff: int = 128
+    num_layers: int = 2
+    max_len: int = 32
+    norm_first: bool = True
+    dropout_p: float = 0.0
+
+
+def init_model(config: ModelConfig, generator: torch.Generator | None = None,
+               dtype: torch.dtype = torch.float32, device=None) -> dict:
+    """Every weight of the model as a leaf tensor with requires_grad, in one nested dict."""
+    kwargs = dict(generator=generator, dtype=dtype, device=device)
+    d = config.d_model
+    params = {
+        "embedding": torch.randn(config.vocab_size, d, **kwargs) / math.sqrt(d),
+        "encoder": [init_encoder_layer_params(d, config.d_ff, **kwargs)
+                    for _ in range(config.num_layers)],
+        "decoder": [init_decoder_layer_params(d, config.d_ff, **kwargs)
+                    for _ in range(config.num_layers)],
+        "encoder_norm": init_norm_params(d, dtype, device),
+        "decoder_norm": init_norm_params(d, dtype, device),
+        "out_bias": torch.zeros(config.vocab_size, dtype=dtype, device=device),
+    }
+    for p in parameters(params):
+        p.requires_grad_()
+    return params
+
+
+def parameters(params) -> list[torch.Tensor]:
+    """Flatten a nested dict/list of tensors into the list the optimizer steps."""
+    if isinstance(params, torch.Tensor):
+        return [params]
+    values = params.values() if isinstance(params, dict) else params
+    return [p for value in values if value is not None for p in parameters(value)]
+
+
+def encode_source(params: dict, src: torch.Tensor, config: ModelConfig, training: bool = False):
+    """src ids (B, Ls) -> memory (B, Ls, D), and the source padding mask (B, 1, 1, Ls)."""
+    pe = sinusoidal_positional_encoding(config.max_len, config.d_model,
+                                        dtype=params["embedding"].dtype, device=src.device)
+    x = add_positional_encoding(embed(src, params["embedding"]), pe)          # (B, Ls, D)
+    src_mask = padding_mask(src, PAD_ID)                                      # (B, 1, 1, Ls)
+    memory = encoder(x, params["encoder"], config.num_heads, src_mask,
+                     final_norm=params["encoder_norm"], **_options(config, training))
+    return memory, src_mask
+
+
+def decode_target(params: dict, tgt_in: torch.Tensor, memory: torch.Tensor,
+                  src_mask: torch.Tensor, config: ModelConfig, training: bool = False):
+    """tgt_in ids (B, Lt), memory (B, Ls, D) -> logits (B, Lt, V)."""
+    pe = sinusoidal_positional_encoding(config.max_len, config.d_model,
+                                        dtype=memory.dtype, device=tgt_in.device)
+    y = add_positional_encoding(embed(tgt_in, params["embedding"]), pe)       # (B, Lt, D)
+    hidden = decoder(y, memory, params["decoder"], config.num_heads,
+                     self_mask=target_mask(tgt_in, PAD_ID), memory_mask=src_mask,
+                     final_norm=params["decoder_norm"], **_options(config, training))
+    return linear(hidden, params["embedding"], params["out_bias"])  # tied weights: (B, Lt, V)
+
+
+def forward(params: dict, src: torch.Tensor, tgt_in: torch.Tensor, config: ModelConfig,
+            training: bool = False) -> torch.Tensor:
+    """(B, Ls) source ids, (B, Lt) shifted target ids -> logits (B, Lt, V)."""
+    memory, src_mask = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, src_mask, config, training)
+
+
+def _options(config: ModelConfig, training: bool) -> dict:
+    return dict(norm_first=config.norm_first, dropout_p=config.dropout_p, training=training)
+
+
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over every non-pad target position: (B, Lt, V), (B, Lt) -> scalar."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                           ignore_index=PAD_ID)
+
+
+# ---- training and decoding ------------------------------------------------------------------
+
+def train(config: ModelConfig = ModelConfig(), task: str = "reverse", steps: int = 400,
+          batch_size: int = 64, lr: float = 3e-3, min_len: int = 3, max_len: int = 8,
+          seed: int = 0, eval_every: int = 50, eval_size: int = 200) -> tuple[dict, dict]:
+    """Train with adam_step; -> (params, history of step, loss, held-out exact match)."""
+    generator = torch.Generator().manual_seed(seed)
+    params = init_model(config, generator)
+    weights = parameters(params)
+    state = adam_init(weights)
+    eval_src, eval_tgt = make_batch(task, eval_size, min_len, max_len, True,
+                                    torch.Generator().manual_seed(seed + 1))
+    history = {"step": [], "loss": [], "eval_step": [], "exact_match": []}
+    for step in range(1, steps + 1):
+        src, tgt = make_batch(task, batch_size, min_len, max_len, False, generator)
+        tgt_in, labels = shift_right(tgt)
+        loss = sequence_loss(forward(params, src, tgt_in, config, training=True), labels)
+        zero_grad(weights)
+        loss.backward()
+        adam_step(weights, state, lr=_warmup_lr(lr, step, steps))
+        history["step"].append(step)
+        history["loss"].append(loss.item())
+        if step % eval_every == 0 or step == steps:
+            history["eval_step"].append(step)
+            history["exact_match"].append(exact_match(params, eval_src, eval_tgt, config))
+    return params, history
+
+
+def _warmup_lr(lr: float, step: int, total: int) -> float:
+    """Linear warm-up over the first 10 % of steps, then cosine decay to 10 % of lr."""
+    warmup = max(1, total // 10)
+    if step <= warmup:
+        return lr * step / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def greedy_decode(params: dict, src: torch.Tensor, config: ModelConfig,
+                  max_new_tokens: int | None = None) -> torch.Tensor:
+    """(B, Ls) -> (B, Lt) ids starting with <bos>: append the most likely next token each step."""
+    max_new_tokens = max_new_tokens or config.max_len - 1
+    memory, src_mask = encode_source(params, src, config)
+    out = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
+    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for _ in range(max_new_tokens):
+        logits = decode_target(params, out, memory, src_mask, config)  # (B, t, V)
+        next_id = logits[:, -1].argmax(dim=-1)                          # (B,)
+        next_id = next_id.masked_fill(finished, PAD_ID)                 # pad after <eos>
+        out = torch.cat([out, next_id[:, None]], dim=1)                 # (B, t + 1)
+        finished |= next_id == EOS_ID
+        if finished.all():
+            break
+    return out
+
+
+def exact_match(params: dict, src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig) -> float:
+    """Fraction of sequences whose greedy decoding equals the target exactly."""
+    predicted = greedy_decode(params, src, config, max_new_tokens=tgt.size(1) - 1)
+    hits = [decode(p, VOCAB) == decode(t, VOCAB) for p, t in zip(predicted, tgt)]
+    return sum(hits) / len(hits)
+
+
+def digits_to_ids(text: str) -> torch.Tensor:
+    """"3 1 4" or "314" -> (1, L) source ids."""
+    digits = [c for c in text if not c.isspace()]
+    if not digits or any(c not in "0123456789" for c in digits):
+        raise ValueError(f"text: expected digits like '3 1 4', got {text!r}")
+    return torch.tensor([[FIRST_DIGIT_ID + int(c) for c in digits]])

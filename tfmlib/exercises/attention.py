@@ -1,0 +1,132 @@
+"""Exercises of notebook 05: scaled dot-product attention."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from .core import Case, Exercise, Mistake, register
+
+
+def _cases() -> list[Case]:
+    g = torch.Generator().manual_seed(5)
+
+    def qkv(batch, lq, lk, d_k, d_v, heads=None):
+        lead = (batch,) if heads is None else (batch, heads)
+        return (torch.randn(*lead, lq, d_k, generator=g), torch.randn(*lead, lk, d_k, generator=g),
+                torch.randn(*lead, lk, d_v, generator=g))
+
+    q, k, v = qkv(3, 4, 4, 8, 8)
+    cases = [Case("no mask, square", (q, k, v))]
+    q, k, v = qkv(2, 3, 5, 6, 7, heads=3)
+    cases.append(Case("4-D with heads, Lq != Lk, d_v != d_k", (q, k, v)))
+    q, k, v = qkv(3, 5, 5, 4, 4, heads=2)
+    lengths = torch.tensor([5, 3, 1])
+    pad = (torch.arange(5)[None, :] < lengths[:, None])[:, None, None, :]       # (B, 1, 1, Lk)
+    cases.append(Case("padding mask on the keys", (q, k, v), {"mask": pad}))
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]              # (1, 1, L, L)
+    cases.append(Case("causal mask", (q, k, v), {"mask": causal & pad}))
+    q, k, v = qkv(2, 4, 3, 16, 5, heads=2)
+    rows = torch.tensor([True, False, True, True])[:, None].expand(4, 3).clone()  # query 1 sees nothing
+    cases.append(Case("a fully masked query row", (q, k, v), {"mask": rows[None, None]}))
+    return cases
+
+
+def _scaled(scale_fn):
+    def variant(query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1) * scale_fn(query.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)
+        return weights @ value, weights
+    return variant
+
+
+def _softmax_over_queries(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-2).nan_to_num(0.0)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ value, weights
+
+
+def _fill_with_zero(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def _nan_on_fully_masked(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def _transpose_1_2(query, key, value, mask=None):
+    scores = query @ key.transpose(1, 2) / math.sqrt(query.size(-1))  # only right for 3-D input
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ value, weights
+
+
+def _elementwise_star(query, key, value, mask=None):
+    scores = query * key / math.sqrt(query.size(-1))  # elementwise: only runs when shapes agree
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ value, weights
+
+
+def _d_k_from_keys_length(query, key, value, mask=None):
+    return _scaled(lambda d_k: 1 / math.sqrt(key.size(-2)))(query, key, value, mask)
+
+
+register(Exercise(
+    name="scaled_dot_product_attention",
+    reference=scaled_dot_product_attention,
+    make_cases=_cases,
+    output_names=("context", "weights"),
+    mistakes=[
+        Mistake("scores multiplied by sqrt(d_k)",
+                "divide the scores by sqrt(d_k) instead of multiplying",
+                _scaled(lambda d_k: math.sqrt(d_k))),
+        Mistake("scores divided by d_k",
+                "scale by 1 / sqrt(d_k), not 1 / d_k: math.sqrt(query.size(-1))",
+                _scaled(lambda d_k: 1 / d_k)),
+        Mistake("no scaling",
+                "divide Q @ K^T by sqrt(d_k) before the softmax",
+                _scaled(lambda d_k: 1.0)),
+        Mistake("softmax over the query axis",
+                "each query's weights must sum to 1 over the keys: softmax(dim=-1)",
+                _softmax_over_queries),
+        Mistake("masked scores filled with 0 instead of -inf",
+                "a score of 0 still gets weight after softmax; fill masked scores with float('-inf')",
+                _fill_with_zero),
+        Mistake("NaN on a fully masked row",
+                "softmax of a row of -inf is NaN; set the weights of masked keys to 0 after the softmax",
+                _nan_on_fully_masked),
+        Mistake("transpose(1, 2) instead of transpose(-2, -1)",
+                "with a heads axis, axis 1 is H, not L: swap the last two axes with key.transpose(-2, -1)",
+                _transpose_1_2),
+        Mistake("* instead of @ for the scores",
+                "`*` multiplies elementwise; the scores are a matrix product: query @ key.transpose(-2, -1)",
+                _elementwise_star),
+        Mistake("d_k read from the wrong axis",
+                "d_k is the size of the last axis of query (or key): query.size(-1)",
+                _d_k_from_keys_length),
+    ],
+))

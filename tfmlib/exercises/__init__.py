@@ -17,4 +17,14 @@ def catalogue() -> list[tuple[str, str, str]]:
     """Every catalogued mistake as (exercise, mistake name, hint)."""
     return [(e.name, m.name, m.hint) for e in REGISTRY.values() for m in e.mistakes]
 
-from . import attention  # noqa: E402,F401  (registers the exercises)
+
+def _register_all_topics() -> None:
+    """Import every topic module of this package; each registers its exercises on import."""
+    import importlib
+    import pkgutil
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "core":
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_register_all_topics()

@@ -1,0 +1,126 @@
+# The README's two commands, and the pieces behind them:
+#
+#   make course     install everything into .venv and open the course in JupyterLab
+#   make test       install everything and run all tests (unit + browser, then notebooks)
+#
+#   make unit       unit tests only (tests/, without tests/browser/)
+#   make notebooks  run every notebook under nbval (stored outputs must match)
+#   make browser    the real-browser test (tests/browser/), installs chromium if missing
+#   make bench      python -m benchmarks
+#   make execute    re-execute every notebook in place to refresh its stored outputs
+#   make clean      remove caches and build artefacts (keeps .venv)
+#   make distclean  clean, and remove .venv too
+#
+# Nothing outside .venv is used, except Debian's chromium for the browser test.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+# --- Python environment ------------------------------------------------------
+# Interpreter used only to create the venv: python3.11 if there is one, else python3.
+BASE_PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+PY := $(BIN)/python
+# Touched after a successful install: pip only runs again when requirements.txt
+# or pyproject.toml is newer than it (or the venv was deleted).
+STAMP := $(VENV)/.requirements.stamp
+
+# --- Tests -------------------------------------------------------------------
+# Tests run with PATH starting at the venv and with Jupyter, IPython and
+# matplotlib configuration in a private folder, so that neither a user's own
+# config (e.g. a matplotlibrc changing the figure size) nor a kernel installed
+# elsewhere can change what the notebooks print.
+TEST_HOME := $(CURDIR)/.cache/test-home
+TEST_ENV := env PATH="$(BIN):$$PATH" \
+	MPLCONFIGDIR="$(TEST_HOME)/matplotlib" IPYTHONDIR="$(TEST_HOME)/ipython" \
+	JUPYTER_CONFIG_DIR="$(TEST_HOME)/jupyter-config" JUPYTER_DATA_DIR="$(TEST_HOME)/jupyter-data"
+PYTEST := $(TEST_ENV) $(PY) -m pytest
+
+# nbval in strict mode: every stored output of every code cell is compared.
+NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+# Run the notebooks in parallel with pytest-xdist? Only if it measurably helps
+# on 2 cores. To enable, set this to: -n 2 --dist loadscope
+# (loadscope keeps all cells of one notebook on one worker; plain -n 2 fails).
+NBVAL_XDIST :=
+NOTEBOOKS_DIR := notebooks
+
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: help install course test unit notebooks browser bench execute chromium clean distclean
+
+help:
+	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
+
+# --- Install -----------------------------------------------------------------
+$(PY):
+	@if [ -z "$(BASE_PYTHON)" ]; then echo "error: no python3.11 or python3 on PATH" >&2; exit 1; fi
+	@$(BASE_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "error: $(BASE_PYTHON) is Python $$($(BASE_PYTHON) -c 'import platform; print(platform.python_version())');" \
+	       "the pinned packages need Python >= 3.11. Install Python 3.11 or run: make BASE_PYTHON=/path/to/python3.11 ..." >&2; \
+	  exit 1; }
+	$(BASE_PYTHON) -m venv $(VENV)
+
+$(STAMP): requirements.txt pyproject.toml | $(PY)
+	$(PY) -m pip install -r requirements.txt
+	touch $@
+
+install: $(STAMP)
+
+# --- The README's two commands ----------------------------------------------
+# JupyterLab refuses to start as root unless told to (containers, cloud VMs).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+course: install
+	$(BIN)/jupyter lab $(ALLOW_ROOT) $(NOTEBOOKS_DIR)/01_shapes.ipynb
+
+# One pytest call selects tests/ through testpaths (pyproject.toml): the unit
+# tests and tests/browser/. The notebooks need --nbval, so they are a second call.
+test: install chromium
+	$(PYTEST)
+	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(NOTEBOOKS_DIR)/
+
+# --- Pieces ------------------------------------------------------------------
+unit: install
+	$(PYTEST) --ignore=tests/browser
+
+notebooks: install
+	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(NOTEBOOKS_DIR)/
+
+browser: install chromium
+	$(PYTEST) tests/browser
+
+bench: install
+	$(TEST_ENV) $(PY) -m benchmarks
+
+# Same environment as the tests, so that the refreshed outputs are the ones
+# nbval will compare against.
+execute: install
+	$(TEST_ENV) $(BIN)/jupyter execute --inplace $(NOTEBOOKS_DIR)/[0-9][0-9]_*.ipynb
+
+# Debian's chromium for the browser test (never `playwright install`, which
+# downloads a browser build of its own).
+chromium:
+	@if [ -x $(CHROMIUM) ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then \
+	  echo "error: $(CHROMIUM) is missing and there is no apt-get here." \
+	       "Install Chromium so that $(CHROMIUM) exists, then rerun." >&2; exit 1; \
+	fi; \
+	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null; then SUDO="sudo"; \
+	else echo "error: $(CHROMIUM) is missing. As root, run:" \
+	          "apt-get update && apt-get install -y chromium" >&2; exit 1; \
+	fi; \
+	echo "Installing Debian's chromium (for the browser test)..."; \
+	$$SUDO apt-get update; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	test -x $(CHROMIUM)
+
+# --- Cleaning ----------------------------------------------------------------
+clean:
+	rm -rf .cache .pytest_cache build dist *.egg-info tests/browser/screenshots
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -91,6 +91,18 @@ def _elementwise_star(query, key, value, mask=None):
     return weights @ value, weights
 
 
+def _mask_inverted(zero_after_softmax):
+    def variant(query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))  # hides the keys that were allowed
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None and zero_after_softmax:
+            weights = weights.masked_fill(mask, 0.0)
+        return weights @ value, weights
+    return variant
+
+
 def _d_k_from_keys_length(query, key, value, mask=None):
     return _scaled(lambda d_k: 1 / math.sqrt(key.size(-2)))(query, key, value, mask)
 
@@ -100,6 +112,7 @@ register(Exercise(
     reference=scaled_dot_product_attention,
     make_cases=_cases,
     output_names=("context", "weights"),
+    nan_hint="a query row whose keys are all masked must give zero weights and a zero context, not NaN",
     mistakes=[
         Mistake("scores multiplied by sqrt(d_k)",
                 "divide the scores by sqrt(d_k) instead of multiplying",
@@ -125,6 +138,10 @@ register(Exercise(
         Mistake("* instead of @ for the scores",
                 "`*` multiplies elementwise; the scores are a matrix product: query @ key.transpose(-2, -1)",
                 _elementwise_star),
+        Mistake("mask polarity inverted",
+                "True in the mask means 'may attend': fill the scores where the mask is False, "
+                "scores.masked_fill(~mask, float('-inf'))",
+                _mask_inverted(True), also=(_mask_inverted(False),)),
         Mistake("d_k read from the wrong axis",
                 "d_k is the size of the last axis of query (or key): query.size(-1)",
                 _d_k_from_keys_length),

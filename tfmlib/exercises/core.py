@@ -11,6 +11,11 @@ reports, in this order of preference:
                         a None / wrong type / dtype / shape / NaN output, or the
                         first failing case with the largest error and where.
 `check` never raises: a learner's bug is reported, not re-thrown.
+
+A `Case` whose `raises` is set is one where a correct answer must raise that
+exception (e.g. ValueError for shapes that do not broadcast). A `Mistake` may
+list more variants in `also` (ids as float32 or int32; a frequency term
+hard-coded for d_model 8 or 512): matching any of them names the mistake.
 """
 from __future__ import annotations
 
@@ -33,18 +38,33 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 @dataclass(frozen=True)
 class Case:
-    """One input to try: positional and keyword arguments, and a label saying what it tests."""
+    """One input to try: positional and keyword arguments, and a label saying what it tests.
+
+    `raises`: the exception type a correct answer must raise on this input (e.g.
+    ValueError for shapes that do not broadcast); None when it must return a value.
+    """
     label: str
     args: tuple
     kwargs: dict = field(default_factory=dict)
+    raises: type[BaseException] | None = None
 
 
 @dataclass(frozen=True)
 class Mistake:
-    """A classic wrong answer: its name, a one-line hint, and a function that makes it."""
+    """A classic wrong answer: its name, a one-line hint, and a function that makes it.
+
+    `also`: more functions that make the same mistake in another form (ids as
+    float32 or as int32; a frequency term hard-coded for d_model 8 or for 512);
+    the learner's answer is named after this mistake when it matches any of them.
+    """
     name: str
     hint: str
     variant: Callable
+    also: tuple[Callable, ...] = ()
+
+    @property
+    def variants(self) -> tuple[Callable, ...]:
+        return (self.variant, *self.also)
 
 
 @dataclass
@@ -60,6 +80,9 @@ class Exercise:
     solution_sources: tuple[Callable, ...] = ()
     atol: float = 1e-5
     rtol: float = 1e-4
+    # Said after "contains NaN" when the learner's output has NaN and the reference
+    # has none, e.g. "a row where every key is masked must give zeros, not NaN".
+    nan_hint: str = ""
 
     def outputs(self, fn, case: Case):
         case = copy.deepcopy(case)  # a function that edits its inputs must not spoil the next run
@@ -122,9 +145,30 @@ class _Raised:
         self.error = error
 
 
+class _ExpectedRaise:
+    """Stands in for the reference's output on a case where a correct answer must raise."""
+    def __init__(self, kind: type[BaseException]):
+        self.kind = kind
+
+
 def check(name: str, fn) -> CheckResult:
     """Run the learner's `fn` against the reference of exercise `name` and say what is wrong."""
-    exercise = REGISTRY.get(name)
+    threads = torch.get_num_threads()
+    try:
+        # The cases are tiny: extra threads only cost time, and a lot of it on a busy CPU.
+        torch.set_num_threads(1)
+        return _check(name, fn)
+    except Exception as error:  # the checker's own bug, or an output too odd to compare
+        return CheckResult(str(name), "failed", "the checker itself failed on this answer",
+                           f"{type(error).__name__}: {error}\n"
+                           "This is a problem of the checker, not necessarily of your code; "
+                           "please report it to the course maintainers.")
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check(name: str, fn) -> CheckResult:
+    exercise = REGISTRY.get(name) if isinstance(name, str) else None
     if exercise is None:
         return CheckResult(str(name), "failed", "no exercise of that name",
                            "known exercises: " + ", ".join(sorted(REGISTRY)))
@@ -136,25 +180,32 @@ def check(name: str, fn) -> CheckResult:
                            f"call it as check({name!r}, my_function), without calling my_function")
     cases = exercise.make_cases()
     actual = [_run_safely(exercise, fn, case) for case in cases]
-    expected = [exercise.outputs(exercise.reference, case) for case in cases]
+    expected = [_reference_outcome(exercise, case) for case in cases]
     problems = [_compare(e, a, exercise) for e, a in zip(expected, actual)]
     if all(p is None for p in problems):
         return CheckResult(name, "passed", f"all {len(cases)} cases match the reference")
     if any(isinstance(a, _Raised) and isinstance(a.error, NotImplementedError) for a in actual):
         return CheckResult(name, "not attempted", "not attempted yet (it raises NotImplementedError)")
-    mistake = _matching_mistake(exercise, cases, expected, actual)
+    # A missing `return` comes first: whatever else is wrong, the learner must see this.
+    missing_return = next((i for i, (e, a) in enumerate(zip(expected, actual))
+                           if a is None and e is not None and not isinstance(e, _ExpectedRaise)), None)
+    mistake = None if missing_return is not None else _matching_mistake(exercise, cases, expected, actual)
     if mistake is not None:
-        raised = next((a.error for a in actual if isinstance(a, _Raised)), None)
-        details = "hint: " + mistake.hint
+        raised = next((a.error for a, p in zip(actual, problems)
+                       if isinstance(a, _Raised) and p is not None), None)
+        first = next(i for i, p in enumerate(problems) if p is not None)
+        details = (f"hint: {mistake.hint}\nfirst seen on case {first + 1} of {len(cases)} "
+                   f"({cases[first].label}): {problems[first].splitlines()[0]}")
         if raised is not None:
             details += "\non some cases your function raised:\n" + _where_it_raised(raised)
         return CheckResult(name, "mistake", f"looks like a classic mistake: {mistake.name}",
                            details, mistake=mistake.name)
-    index = next(i for i, p in enumerate(problems) if p is not None)
+    index = missing_return if missing_return is not None \
+        else next(i for i, p in enumerate(problems) if p is not None)
     case, outcome = cases[index], actual[index]
     header = f"case {index + 1} of {len(cases)} ({case.label}); inputs: {_describe_inputs(case)}"
     if isinstance(outcome, _Raised):
-        return CheckResult(name, "failed", f"your function raised {type(outcome.error).__name__}",
+        return CheckResult(name, "failed", problems[index].splitlines()[0],
                            header + "\n" + _where_it_raised(outcome.error))
     return CheckResult(name, "failed", problems[index].splitlines()[0],
                        header + "".join("\n" + line for line in problems[index].splitlines()[1:]))
@@ -167,30 +218,51 @@ def _run_safely(exercise: Exercise, fn, case: Case):
         return _Raised(error)
 
 
+def _reference_outcome(exercise: Exercise, case: Case):
+    """The reference's output on `case`, or _ExpectedRaise where the case says it must raise."""
+    if case.raises is None:
+        return exercise.outputs(exercise.reference, case)  # raising here is a bug of the exercise
+    outcome = _run_safely(exercise, exercise.reference, case)
+    if isinstance(outcome, _Raised) and isinstance(outcome.error, case.raises):
+        return _ExpectedRaise(case.raises)
+    raise RuntimeError(f"exercise {exercise.name!r}: the reference should raise "
+                       f"{case.raises.__name__} on case {case.label!r}, it did not")
+
+
 def _matching_mistake(exercise: Exercise, cases, expected, actual) -> Mistake | None:
     """The catalogued mistake that best explains the learner's outputs, if any.
 
-    A mistake explains them when the learner agrees with its wrong variant on at
-    least one case where the variant is wrong, and is never right where the
-    variant is wrong. Other cases may differ (a learner can make two mistakes at
-    once); the mistake agreeing on the most cases wins.
+    A mistake explains them when the learner agrees with one of its wrong
+    variants on at least one case where that variant is wrong, and is never right
+    where the variant is wrong. Other cases may differ (a learner can make two
+    mistakes at once); the variant agreeing on the most cases wins (an equal
+    output weighs more than raising the same kind of exception).
     """
-    best, best_agreements = None, 0
+    best, best_score = None, 0
     for mistake in exercise.mistakes:
-        agreements = 0
-        for case, reference, outcome in zip(cases, expected, actual):
-            wrong = _run_safely(exercise, mistake.variant, case)
-            variant_is_right = _compare(reference, wrong, exercise) is None
-            if variant_is_right:
-                continue
-            if _compare(reference, outcome, exercise) is None:
-                agreements = 0  # right where this mistake goes wrong: not this mistake
-                break
-            if _same_outcome(wrong, outcome, exercise):
-                agreements += 1 if isinstance(outcome, _Raised) else 2  # equal numbers weigh more
-        if agreements > best_agreements:
-            best, best_agreements = mistake, agreements
+        for variant in mistake.variants:
+            score = _agreement(exercise, variant, cases, expected, actual)
+            if score > best_score:
+                best, best_score = mistake, score
     return best
+
+
+def _agreement(exercise: Exercise, variant, cases, expected, actual) -> int:
+    score, agreed_on_a_value, raised_where_variant_did_not = 0, False, False
+    for case, reference, outcome in zip(cases, expected, actual):
+        wrong = _run_safely(exercise, variant, case)
+        if isinstance(outcome, _Raised) and not isinstance(wrong, _Raised):
+            raised_where_variant_did_not = True
+        if _compare(reference, wrong, exercise) is None:
+            continue  # the variant is right here: this case tells nothing about it
+        if _compare(reference, outcome, exercise) is None:
+            return 0  # right where this mistake goes wrong: not this mistake
+        if _same_outcome(wrong, outcome, exercise):
+            score += 1 if isinstance(outcome, _Raised) else 2
+            agreed_on_a_value |= not isinstance(outcome, _Raised)
+    if raised_where_variant_did_not and not agreed_on_a_value:
+        return 0  # only a crash that resembles this mistake's crash: not enough to name it
+    return score
 
 
 def _same_outcome(first, second, exercise: Exercise) -> bool:
@@ -236,6 +308,12 @@ def _is_placeholder(statement: ast.stmt) -> bool:
 
 def _compare(expected, actual, exercise: Exercise, path: str = "output") -> str | None:
     """None when `actual` matches `expected`; otherwise a message, first line a summary."""
+    if isinstance(expected, _ExpectedRaise):
+        must = f"expected your function to raise {expected.kind.__name__} on this input"
+        if isinstance(actual, _Raised):
+            return None if isinstance(actual.error, expected.kind) \
+                else f"{must}, it raised {type(actual.error).__name__}"
+        return f"{must}, it returned {_short(actual)}"
     if isinstance(actual, _Raised):
         return f"your function raised {type(actual.error).__name__}"
     if actual is None and expected is not None:
@@ -246,7 +324,7 @@ def _compare(expected, actual, exercise: Exercise, path: str = "output") -> str 
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             got = f"{type(actual).__name__} of length {len(actual)}" \
                 if isinstance(actual, (tuple, list)) else type(actual).__name__
-            return f"{path}: expected {len(expected)} values, got {got}"
+            return f"{path}: expected {_a(type(expected).__name__)} of {len(expected)} values, got {got}"
         for i, (e, a) in enumerate(zip(expected, actual)):
             name = exercise.output_names[i] if path == "output" and i < len(exercise.output_names) \
                 else f"{path}[{i}]"
@@ -259,18 +337,37 @@ def _compare(expected, actual, exercise: Exercise, path: str = "output") -> str 
             return f"{path}: expected a dict, got {type(actual).__name__}"
         if set(expected) != set(actual):
             missing, extra = set(expected) - set(actual), set(actual) - set(expected)
-            return f"{path}: keys differ; missing {sorted(missing, key=str)}, unexpected {sorted(extra, key=str)}"
+            return (f"{path}: keys differ; missing {sorted(missing, key=str)}, "
+                    f"unexpected {sorted(extra, key=str)}")
         for key in expected:
             problem = _compare(expected[key], actual[key], exercise, f"{path}[{key!r}]")
             if problem is not None:
                 return problem
         return None
-    if type(actual) is not type(expected) and not (isinstance(expected, float) and isinstance(actual, (int, float))):
-        return f"{path}: expected a {type(expected).__name__}, got {type(actual).__name__} ({actual!r:.80})"
+    if type(actual) is not type(expected) and not (isinstance(expected, float)
+                                                   and isinstance(actual, (int, float))):
+        return (f"{path}: expected {_a(type(expected).__name__)}, "
+                f"got {type(actual).__name__} ({_short(actual)})")
     if isinstance(expected, float):
         return None if abs(expected - actual) <= exercise.atol + exercise.rtol * abs(expected) \
             else f"{path}: expected {expected:.6g}, got {actual:.6g}"
-    return None if expected == actual else f"{path}: expected {expected!r:.120}, got {actual!r:.120}"
+    if expected == actual:
+        return None
+    return f"{path}: expected {_short(expected, 120)}, got {_short(actual, 120)}"
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+def _short(value, width: int = 80) -> str:
+    if isinstance(value, torch.Tensor):
+        return _describe(value)
+    try:
+        text = repr(value)
+    except Exception:  # a learner's object whose repr is broken
+        return f"a {type(value).__name__}"
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _compare_tensors(expected: torch.Tensor, actual, exercise: Exercise, path: str) -> str | None:
@@ -290,8 +387,8 @@ def _compare_tensors(expected: torch.Tensor, actual, exercise: Exercise, path: s
                 f"first at index {where}: expected {expected[where].item()}, got {actual[where].item()}")
     if torch.isnan(actual).any() and not torch.isnan(expected).any():
         where = tuple(torch.isnan(actual).nonzero()[0].tolist())
-        return (f"{path}: contains NaN (first at index {where}); "
-                "a row where every key is masked must give zeros, not NaN")
+        hint = f"; {exercise.nan_hint}" if exercise.nan_hint else ""
+        return f"{path}: contains NaN (first at index {where}) where the reference has none{hint}"
     if torch.allclose(actual, expected, atol=exercise.atol, rtol=exercise.rtol, equal_nan=True):
         return None
     error = (actual.detach() - expected.detach()).abs().nan_to_num(float("inf"))
@@ -359,6 +456,7 @@ def solution(name: str) -> Solution:
     exercise = REGISTRY.get(name)
     if exercise is None:
         raise ValueError(f"name: no exercise called {name!r}; known: {', '.join(sorted(REGISTRY))}")
-    functions = exercise.solution_sources or (exercise.reference,)
+    reference = exercise.reference if isinstance(exercise.reference, tuple) else (exercise.reference,)
+    functions = exercise.solution_sources or reference
     source = "\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in functions)
     return Solution(name, source)

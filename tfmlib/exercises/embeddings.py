@@ -1,0 +1,239 @@
+"""Exercises of notebook 03: embedding lookup, sinusoidal positions, and RoPE."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import embeddings as emb
+from ..embeddings import add_positional_encoding, apply_rope, embed, sinusoidal_positional_encoding
+from .core import Case, Exercise, Mistake, register
+
+
+# ---- embed ------------------------------------------------------------------------------------
+
+def _embed_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(3)
+
+    def ids_and_table(batch, length, vocab_size, d_model):
+        return (torch.randint(0, vocab_size, (batch, length), generator=g),
+                torch.randn(vocab_size, d_model, generator=g))
+
+    return [
+        Case("(B, L) ids, (V, D) table", ids_and_table(2, 5, 11, 6)),
+        Case("odd d_model, L = 1", ids_and_table(3, 1, 7, 9)),
+        Case("one sentence, D = 16", ids_and_table(1, 4, 20, 16)),
+        Case("scale=False: the plain lookup", ids_and_table(2, 3, 5, 4), {"scale": False}),
+    ]
+
+
+def _embedder(factor, *, always=False):
+    def variant(token_ids, table, scale=True):
+        vectors = table[token_ids]
+        return vectors * factor(table) if (scale or always) else vectors
+    return variant
+
+
+register(Exercise(
+    name="embed",
+    reference=embed,
+    make_cases=_embed_cases,
+    mistakes=[
+        Mistake("divided by sqrt(d_model) instead of multiplied",
+                "embeddings are scaled UP: multiply by math.sqrt(d_model) (it is attention scores that "
+                "are divided by sqrt(d_k))",
+                _embedder(lambda table: 1 / math.sqrt(table.size(1)))),
+        Mistake("no scaling",
+                "multiply the looked-up rows by math.sqrt(d_model) when scale is True",
+                _embedder(lambda table: 1.0)),
+        Mistake("multiplied by d_model instead of sqrt(d_model)",
+                "the factor is the square root: math.sqrt(d_model)",
+                _embedder(lambda table: table.size(1))),
+        Mistake("d_model read from the vocabulary axis",
+                "the table is (vocab_size, d_model): d_model is table.size(1) (or table.size(-1))",
+                _embedder(lambda table: math.sqrt(table.size(0)))),
+        Mistake("scale=False ignored",
+                "only multiply by sqrt(d_model) when scale is True; scale=False is the plain lookup",
+                _embedder(lambda table: math.sqrt(table.size(1)), always=True)),
+    ],
+))
+
+
+# ---- sinusoidal_positional_encoding ------------------------------------------------------------
+
+def _pe_cases() -> list[Case]:
+    return [Case(f"max_len={max_len}, d_model={d_model}", (max_len, d_model))
+            for max_len, d_model in ((7, 6), (12, 10), (5, 16), (50, 4), (9, 8), (3, 2))]
+
+
+def _pe(*, exponent=lambda i, d: 2 * i / d, angle=None, swap=False, halves=False, first_position=0,
+        batch_axis=False):
+    """A sinusoidal encoding built like a learner might, with one thing changed."""
+    def variant(max_len, d_model):
+        pos = torch.arange(first_position, first_position + max_len, dtype=torch.float64)[:, None]
+        i = torch.arange(d_model // 2, dtype=torch.float64)
+        if angle is None:
+            theta = pos / 10000.0 ** exponent(i, d_model)                    # (L, D/2)
+        else:
+            theta = angle(pos, i, d_model)
+        first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
+        if halves:
+            pe = torch.cat([first(theta), second(theta)], dim=-1)
+        else:
+            pe = torch.stack([first(theta), second(theta)], dim=-1).flatten(-2)  # interleaved
+        pe = pe.float()
+        return pe[None] if batch_axis else pe
+    return variant
+
+
+# Sizes a learner may have hard-coded (the notebook's, the paper's, ...), besides 512.
+_COMMON_D_MODELS = (4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256, 768, 1024)
+
+
+def _fixed_d_model(d_fixed):
+    return _pe(exponent=lambda i, d: 2 * i / d_fixed)
+
+
+register(Exercise(
+    name="sinusoidal_positional_encoding",
+    reference=sinusoidal_positional_encoding,
+    make_cases=_pe_cases,
+    atol=1e-4,
+    mistakes=[
+        Mistake("frequency term fixed for one d_model",
+                "divide by the d_model argument in the exponent, base ** (-2i / d_model); a number "
+                "that happens to work for one size is wrong for every other",
+                _fixed_d_model(512), also=tuple(_fixed_d_model(d) for d in _COMMON_D_MODELS)),
+        Mistake("sin and cos swapped",
+                "sin goes in the even columns (0, 2, 4, ...), cos in the odd ones: "
+                "row 0 is [0, 1, 0, 1, ...]",
+                _pe(swap=True)),
+        Mistake("positions and dimensions swapped",
+                "the angle is pos / base ** (2i / d_model): the position is divided, the column index is "
+                "in the exponent",
+                _pe(angle=lambda pos, i, d: i / 10000.0 ** (2 * pos / d))),
+        Mistake("i instead of 2i in the exponent",
+                "pair i uses the exponent 2i / d_model: torch.arange(0, d_model, 2) / d_model",
+                _pe(exponent=lambda i, d: i / d)),
+        Mistake("2i doubled in the exponent",
+                "torch.arange(0, d_model, 2) already gives 2i; do not multiply it by 2 again",
+                _pe(exponent=lambda i, d: 4 * i / d)),
+        Mistake("exponent sign flipped",
+                "frequencies fall with i: pos * base ** (-2i / d_model), i.e. pos / base ** (2i / d_model)",
+                _pe(exponent=lambda i, d: -2 * i / d)),
+        Mistake("sin and cos in two halves instead of interleaved",
+                "fill the columns alternately: pe[:, 0::2] = sin, pe[:, 1::2] = cos (not torch.cat)",
+                _pe(halves=True)),
+        Mistake("positions counted from 1",
+                "the first position is 0: torch.arange(max_len)",
+                _pe(first_position=1)),
+        Mistake("an extra batch axis",
+                "return (max_len, d_model); the batch axis comes in by broadcasting when it is added to x",
+                _pe(batch_axis=True)),
+    ],
+))
+
+
+# ---- add_positional_encoding -------------------------------------------------------------------
+
+def _add_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(4)
+    pe_16x6 = sinusoidal_positional_encoding(16, 6)
+    pe_5x4 = sinusoidal_positional_encoding(5, 4)
+    return [
+        Case("(B, L, D) with a longer pe", (torch.randn(3, 5, 6, generator=g), pe_16x6)),
+        Case("one sentence (B = 1)", (torch.randn(1, 7, 6, generator=g), pe_16x6)),
+        Case("pe exactly L rows long", (torch.randn(2, 5, 4, generator=g), pe_5x4)),
+        Case("L = 1", (torch.randn(4, 1, 6, generator=g), pe_16x6)),
+    ]
+
+
+register(Exercise(
+    name="add_positional_encoding",
+    reference=add_positional_encoding,
+    make_cases=_add_cases,
+    mistakes=[
+        Mistake("pe not sliced to the sequence length",
+                "pe has max_len rows; add only the first L of them: x + pe[:x.size(1)]",
+                lambda x, pe: x + pe),
+        Mistake("pe sliced with the batch size",
+                "x is (B, L, D): the length is x.size(1), not x.size(0)",
+                lambda x, pe: x + pe[: x.size(0)]),
+        Mistake("the last L rows of pe instead of the first",
+                "position 0 is row 0 of pe: slice pe[:L], not pe[-L:]",
+                lambda x, pe: x + pe[-x.size(1):]),
+        Mistake("pe sliced on the wrong axis",
+                "pe is (max_len, D): cut the rows, pe[:L], not the columns, pe[:, :L]",
+                lambda x, pe: x + pe[:, : x.size(1)]),
+        Mistake("concatenated instead of added",
+                "positions are ADDED to the embeddings, giving the same (B, L, D) shape",
+                lambda x, pe: torch.cat([x, pe[: x.size(1)].expand_as(x)], dim=-1)),
+    ],
+))
+
+
+# ---- apply_rope -------------------------------------------------------------------------------
+
+def _rope_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(6)
+    return [
+        Case("(L, D)", (torch.randn(5, 4, generator=g),)),
+        Case("(B, L, D), D = 10", (torch.randn(2, 7, 10, generator=g),)),
+        Case("(B, H, L, D) with B != L", (torch.randn(3, 2, 6, 8, generator=g),)),
+        Case("positions given (an offset of 4)", (torch.randn(2, 3, 6, generator=g),),
+             {"positions": torch.arange(4, 7)}),
+    ]
+
+
+def _rope(*, pairs="interleaved", sign=1.0, swap=False, exponent=lambda i, d: 2 * i / d,
+          angles_per="pair", length_axis=-2):
+    def variant(x, positions=None):
+        length, dim = x.shape[length_axis], x.shape[-1]
+        if positions is None:
+            positions = torch.arange(length)
+        i = torch.arange(dim // 2, dtype=torch.float64)
+        angle = positions.double()[:, None] / 10000.0 ** exponent(i, dim)       # (L, D/2)
+        if angles_per == "pair":
+            angle = angle.repeat_interleave(2, dim=-1)
+        else:
+            angle = angle.repeat(1, 2)                                          # tiled
+        if pairs == "interleaved":
+            rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+        else:
+            half = dim // 2
+            rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+            angle = angle if angles_per != "pair" else torch.cat([angle[:, 0::2]] * 2, dim=-1)
+        cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+        if swap:
+            cos, sin = sin, cos
+        return x * cos + sign * rotated * sin
+    return variant
+
+
+register(Exercise(
+    name="apply_rope",
+    reference=apply_rope,
+    make_cases=_rope_cases,
+    solution_sources=(emb.rotate_half_pairs, apply_rope),
+    atol=1e-4,
+    mistakes=[
+        Mistake("halves rotated instead of interleaved pairs",
+                "this course rotates neighbouring pairs (x[2i], x[2i+1]), not x[i] with x[i + D/2]",
+                _rope(pairs="halves")),
+        Mistake("rotation sign flipped",
+                "each pair (a, b) turns to (a cos - b sin, a sin + b cos): rotate_half gives (-b, a)",
+                _rope(sign=-1.0)),
+        Mistake("cos and sin swapped",
+                "x is multiplied by cos(angle) and the rotated copy by sin(angle)",
+                _rope(swap=True)),
+        Mistake("i instead of 2i in the exponent",
+                "pair i turns at pos * base ** (-2i / D): torch.arange(0, D, 2) / D",
+                _rope(exponent=lambda i, d: i / d)),
+        Mistake("angles tiled instead of repeated per pair",
+                "both members of pair i share one angle: repeat_interleave(2, dim=-1), not repeat(1, 2)",
+                _rope(angles_per="column")),
+        Mistake("positions taken from the wrong axis",
+                "x is (..., L, D): the length is x.size(-2), not x.size(0) or x.size(1)",
+                _rope(length_axis=0), also=(_rope(length_axis=1),)),
+    ],
+))

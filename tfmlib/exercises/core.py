@@ -392,8 +392,7 @@ def _compare_tensors(expected: torch.Tensor, actual, exercise: Exercise, path: s
     if torch.allclose(actual, expected, atol=exercise.atol, rtol=exercise.rtol, equal_nan=True):
         return None
     error = (actual.detach() - expected.detach()).abs().nan_to_num(float("inf"))
-    where = tuple(torch.unravel_index(error.argmax(), error.shape))
-    where = tuple(int(i) for i in where)
+    where = tuple((error == error.max()).nonzero()[0].tolist())  # (torch.unravel_index imports sympy: slow)
     return (f"{path}: values differ (largest absolute error {error.max().item():.3g})\n"
             f"at index {where}: expected {expected[where].item():.5g}, got {actual[where].item():.5g}")
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from .shapes import broadcast_shape
+
 
 def shape_str(x: torch.Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+    return str(tuple(x.shape))  # "(2, 3)", and "(4,)" for a 1-D tensor, like Python writes tuples
 
 
 def require_tensor(name: str, value, *, layout: str | None = None) -> torch.Tensor:
@@ -86,11 +88,11 @@ def require_mask(name: str, mask, target_shape: tuple[int, ...], target_layout: 
         raise TypeError(
             f"{name}: expected a bool tensor (True = may attend), got dtype {mask.dtype}"
         )
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, target_shape)
-    except RuntimeError:
+    try:  # not torch.broadcast_shapes: its first call imports sympy (about 1 s)
+        broadcast = broadcast_shape(mask.shape, target_shape)
+    except ValueError:
         broadcast = None
-    if broadcast != torch.Size(target_shape):
+    if broadcast != tuple(target_shape):
         raise ValueError(
             f"{name}: shape {shape_str(mask)} does not broadcast to the scores' shape "
             f"{tuple(target_shape)} {target_layout}"

@@ -6,6 +6,7 @@ import math
 import torch
 
 from ._validation import require_float, require_mask, require_min_ndim, shape_str
+from .shapes import broadcast_shape
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor,
@@ -43,8 +44,8 @@ def _check_inputs(query, key, value) -> None:
             f"got shape {shape_str(value)}"
         )
     try:
-        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except RuntimeError:
+        broadcast_shape(broadcast_shape(query.shape[:-2], key.shape[:-2]), value.shape[:-2])
+    except ValueError:
         raise ValueError(
             f"query, key, value: leading (batch/head) axes must broadcast, got "
             f"{shape_str(query)}, {shape_str(key)}, {shape_str(value)}"

@@ -1,0 +1,282 @@
+"""Plots and the saturation explorer of notebook 05 (scaled dot-product attention).
+
+The explorer answers "why divide by sqrt(d_k)?" by experiment: project the
+running example to d_k dimensions with random (D, d_k) matrices, attend with and
+without the scaling, and watch the softmax saturate (max weight -> 1, entropy
+-> 0) as d_k grows when the scores are not scaled.
+"""
+from __future__ import annotations
+
+import html
+import math
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from .. import scaled_dot_product_attention
+from .common import heatmap
+from .masks import BlitPNG
+
+#: The d_k values offered by the explorer: powers of 2 from 2 to 512.
+D_K_CHOICES = tuple(2 ** i for i in range(1, 10))
+SCALED_COLOR, UNSCALED_COLOR = "#1f77b4", "#d62728"
+
+
+def attention_heatmaps(weights: torch.Tensor, tokens, titles=None, suptitle: str = "",
+                       panel_size: float = 3.6, annotate: bool = False):
+    """One labelled heatmap per sample: weights (B, Lq, Lk), rows = queries, columns = keys."""
+    if weights.dim() != 3:
+        raise ValueError(f"weights: expected (B, Lq, Lk), got shape {tuple(weights.shape)}")
+    batch = weights.size(0)
+    fig, axes = plt.subplots(1, batch, figsize=(panel_size * batch + 1.2, panel_size + 0.6),
+                             squeeze=False, layout="constrained")
+    axes = axes[0]
+    titles = titles or [f"sample {b}" for b in range(batch)]
+    image = None
+    for b, ax in enumerate(axes):
+        image = heatmap(ax, weights[b], x_labels=tokens[b], y_labels=tokens[b], title=titles[b],
+                        xlabel="key (the token looked at)",
+                        ylabel="query (the token looking)" if b == 0 else "",
+                        vmin=0, vmax=1, colorbar=False, annotate=annotate)
+    bar = fig.colorbar(image, ax=axes, fraction=0.025, pad=0.02)
+    bar.set_label("attention weight (each row sums to 1)")
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
+    """(..., Lq, Lk) weights -> (..., Lq) entropy of each row in bits (0 log 0 counts as 0).
+
+    0 bits: all weight on one key (one-hot); log2(n) bits: spread evenly over n keys.
+    """
+    return -torch.special.xlogy(weights, weights).sum(-1) / math.log(2)
+
+
+def random_projection(d_model: int, d_k: int, generator: torch.Generator) -> torch.Tensor:
+    """(d_model, d_k) with N(0, 1/d_model) entries: unit-variance inputs stay unit-variance."""
+    return torch.randn(d_model, d_k, generator=generator) / math.sqrt(d_model)
+
+
+def projections(d_model: int, d_k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """W_q, W_k, both (d_model, d_k): the recipe of notebook 05 (one generator, W_q first)."""
+    g = torch.Generator().manual_seed(seed)
+    return random_projection(d_model, d_k, g), random_projection(d_model, d_k, g)
+
+
+def attention_at(x: torch.Tensor, mask: torch.Tensor, d_k: int, scaled: bool,
+                 seeds=(1,)) -> torch.Tensor:
+    """(B, L, D) inputs -> (S, B, L, L) weights of q = x @ W_q, k = x @ W_k, one per seed.
+
+    `scaled=False` feeds q * sqrt(d_k) to tfmlib's function, which divides by
+    sqrt(d_k) again: the softmax then sees the raw q . k.
+    """
+    pairs = [projections(x.size(-1), d_k, seed) for seed in seeds]
+    w_q = torch.stack([p[0] for p in pairs])[:, None]         # (S, 1, D, d_k)
+    w_k = torch.stack([p[1] for p in pairs])[:, None]
+    q, k = x @ w_q, x @ w_k                                     # (S, B, L, d_k) each
+    if not scaled:
+        q = q * math.sqrt(d_k)
+    _, weights = scaled_dot_product_attention(q, k, k, mask)    # (S, B, L, L)
+    return weights
+
+
+def saturation_sweep(x: torch.Tensor, mask: torch.Tensor, d_ks=D_K_CHOICES, draws: int = 16,
+                     seed: int = 1) -> dict:
+    """Max weight and entropy per query row, averaged, for every d_k, scaled or not.
+
+    `x` (B, L, D) is the attention input, `mask` its (B, 1, L) padding mask (self-
+    attention: a query row counts when its own token is real). Each d_k is
+    averaged over `draws` pairs of random projections (seeds seed, seed + 1, ...);
+    `weights[(d_k, scaled)]` keeps the (B, L, L) weights of the first draw.
+    """
+    rows = mask[:, 0, :]                                           # (B, L): real query rows
+    visible = mask.expand(-1, x.size(1), -1).sum(-1).float()       # (B, L): keys per row
+    sweep = {"d_k": list(d_ks), "weights": {},
+             "uniform_bits": float(torch.log2(visible[rows]).mean())}
+    seeds = range(seed, seed + draws)
+    for scaled in (True, False):
+        max_weight, entropy = [], []
+        for d_k in d_ks:
+            weights = attention_at(x, mask, d_k, scaled, seeds)    # (S, B, L, L)
+            sweep["weights"][(d_k, scaled)] = weights[0]
+            max_weight.append(float(weights.amax(-1)[:, rows].mean()))
+            entropy.append(float(row_entropy_bits(weights)[:, rows].mean()))
+        sweep["scaled" if scaled else "unscaled"] = {"max_weight": max_weight, "entropy": entropy}
+    return sweep
+
+
+def _curve_axes(ax, sweep: dict, key: str, ylabel: str, title: str) -> None:
+    d_ks = sweep["d_k"]
+    ax.plot(d_ks, sweep["scaled"][key], "o-", color=SCALED_COLOR, ms=4,
+            label="scores / sqrt(d_k)")
+    ax.plot(d_ks, sweep["unscaled"][key], "s--", color=UNSCALED_COLOR, ms=4,
+            label="no scaling")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(d_ks, labels=[str(d) for d in d_ks], fontsize=8)
+    ax.set_xlabel("d_k (size of each query and key vector)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def _decorate_max_weight(ax) -> None:
+    ax.set_ylim(0, 1.05)
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.text(2, 1.0, " one-hot", va="bottom", fontsize=8, color="grey")
+
+
+def _decorate_entropy(ax, sweep: dict) -> None:
+    top = sweep["uniform_bits"]
+    ax.set_ylim(0, top * 1.12)
+    ax.axhline(top, color="grey", lw=0.8, ls=":")
+    ax.text(2, top, " spread evenly", va="bottom", fontsize=8, color="grey")
+    ax.axhline(0, color="grey", lw=0.8, ls=":")
+
+
+def plot_saturation(sweep: dict, figsize=(10, 3.6)):
+    """Two panels against d_k, with and without scaling: mean max weight, mean entropy."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
+    _curve_axes(left, sweep, "max_weight", "mean of each row's largest weight",
+                "largest weight in a row")
+    _decorate_max_weight(left)
+    _curve_axes(right, sweep, "entropy", "mean row entropy (bits)", "entropy of a row")
+    _decorate_entropy(right, sweep)
+    right.legend(loc="lower left", fontsize=8)
+    return fig
+
+
+class _SaturationPanels:
+    """Heatmap of one sample beside the two curves; only the image and the markers change."""
+
+    def __init__(self, sweep: dict, tokens, sample: int):
+        self.sweep, self.sample = sweep, sample
+        self.fig = plt.figure(figsize=(13, 4.2))
+        grid = self.fig.add_gridspec(1, 3, width_ratios=(1.15, 1, 1), left=0.08, right=0.98,
+                                     bottom=0.22, top=0.86, wspace=0.42)
+        ax_map = self.fig.add_subplot(grid[0])
+        ax_max = self.fig.add_subplot(grid[1])
+        ax_ent = self.fig.add_subplot(grid[2])
+        length = len(tokens)
+        self.image = heatmap(ax_map, np.zeros((length, length)), x_labels=tokens,
+                             y_labels=tokens, title=f"attention weights, sample {sample}",
+                             xlabel="key (the token looked at)",
+                             ylabel="query (the token looking)", vmin=0, vmax=1,
+                             cbar_label="weight (rows sum to 1)")
+        ax_map.title.set_fontsize(10)
+        _curve_axes(ax_max, sweep, "max_weight", "mean of each row's largest weight",
+                    "largest weight in a row (batch mean)")
+        _decorate_max_weight(ax_max)
+        _curve_axes(ax_ent, sweep, "entropy", "mean row entropy (bits)",
+                    "entropy of a row (batch mean)")
+        _decorate_entropy(ax_ent, sweep)
+        (self.max_marker,) = ax_max.plot([], [], "o", ms=13, mfc="none", mec="black", mew=2,
+                                         label="current setting", zorder=5)
+        (self.ent_marker,) = ax_ent.plot([], [], "o", ms=13, mfc="none", mec="black", mew=2,
+                                         label="current setting", zorder=5)
+        ax_ent.legend(loc="lower left", fontsize=8)
+        self.axes = (ax_map, ax_max, ax_ent)
+
+    def draw(self, d_k: int, scaled: bool) -> torch.Tensor:
+        weights = self.sweep["weights"][(d_k, scaled)]                   # (B, L, L)
+        self.image.set_data(weights[self.sample].numpy())
+        curves = self.sweep["scaled" if scaled else "unscaled"]
+        i = self.sweep["d_k"].index(d_k)
+        self.max_marker.set_data([d_k], [curves["max_weight"][i]])
+        self.ent_marker.set_data([d_k], [curves["entropy"][i]])
+        return weights
+
+    @property
+    def changing_artists(self):
+        return [self.image, self.max_marker, self.ent_marker]
+
+
+def describe_setting(sweep: dict, d_k: int, scaled: bool) -> str:
+    i = sweep["d_k"].index(d_k)
+    curves = sweep["scaled" if scaled else "unscaled"]
+    how = f"scores / sqrt({d_k}) = scores / {math.sqrt(d_k):.3g}" if scaled else "scores not scaled"
+    return (f"d_k = {d_k}, {how}:  mean largest weight {curves['max_weight'][i]:.2f},  "
+            f"mean entropy {curves['entropy'][i]:.2f} bits "
+            f"(spread evenly: {sweep['uniform_bits']:.2f})")
+
+
+def saturation_figure(sweep: dict, tokens, d_k: int = 16, scaled: bool = True, sample: int = 0):
+    """Static figure of the explorer at one setting (for readers without widgets)."""
+    panels = _SaturationPanels(sweep, tokens, sample)
+    panels.draw(d_k, scaled)
+    panels.fig.suptitle(describe_setting(sweep, d_k, scaled), fontsize=10)
+    return panels.fig
+
+
+class SaturationExplorer:
+    """A d_k slider (powers of 2) and a scaling switch -> heatmap and saturation curves.
+
+    Everything is computed once by `saturation_sweep`; a redraw only swaps the
+    heatmap's data and moves two markers. `update(d_k=..., scaled=...)` is the
+    redraw callback (also used headlessly); `widget` is what the notebook shows;
+    `weights` holds the current (B, L, L) weights; `last_redraw_ms` times the
+    last redraw, PNG frame included.
+    """
+
+    def __init__(self, sweep: dict, tokens, sample: int = 0, d_k: int = 16, scaled: bool = True):
+        import ipywidgets as widgets
+
+        self.sweep = sweep
+        self.panels = _SaturationPanels(sweep, tokens, sample)
+        self.fig = self.panels.fig
+        plt.close(self.fig)  # shown only through the Output below, never twice
+        self.frames = BlitPNG(self.fig, self.panels.changing_artists)
+        self.d_k_slider = widgets.SelectionSlider(options=list(sweep["d_k"]), value=d_k,
+                                                  description="d_k",
+                                                  layout=widgets.Layout(width="420px"))
+        self.scaled_box = widgets.Checkbox(value=scaled, description="divide by sqrt(d_k)")
+        self.caption = widgets.HTML()
+        self.output = widgets.Output(layout=widgets.Layout(height="350px"))
+        self._quiet = False
+        for control in (self.d_k_slider, self.scaled_box):
+            control.observe(self._on_change, names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.d_k_slider, self.scaled_box]),
+                                    self.caption, self.output])
+        self.weights = None
+        self.last_redraw_ms = float("nan")
+        self.update()
+
+    def _on_change(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
+    def update(self, d_k: int | None = None, scaled: bool | None = None) -> None:
+        """Redraw for the given values (None keeps the control's value)."""
+        start = time.perf_counter()
+        self._quiet = True  # moving the controls here must not trigger a second redraw
+        try:
+            if d_k is not None:
+                if d_k not in self.sweep["d_k"]:
+                    raise ValueError(f"d_k: expected one of {self.sweep['d_k']}, got {d_k!r}")
+                self.d_k_slider.value = d_k
+            if scaled is not None:
+                self.scaled_box.value = bool(scaled)
+        finally:
+            self._quiet = False
+        d_k, scaled = self.d_k_slider.value, self.scaled_box.value
+        self.weights = self.panels.draw(d_k, scaled)
+        self.caption.value = f"<code>{html.escape(describe_setting(self.sweep, d_k, scaled))}</code>"
+        self._show()
+        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+
+    def png(self) -> bytes:
+        """The current figure as PNG bytes."""
+        return self.frames.png()
+
+    def _show(self) -> None:
+        from IPython.display import Image, clear_output, display
+        with self.output:
+            clear_output(wait=True)
+            display(Image(data=self.png(), format="png"))
+
+
+def saturation_explorer(sweep: dict, tokens, sample: int = 0, **kwargs) -> SaturationExplorer:
+    """Build the explorer; display `.widget` in the notebook."""
+    return SaturationExplorer(sweep, tokens, sample=sample, **kwargs)

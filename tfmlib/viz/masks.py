@@ -1,0 +1,309 @@
+"""Plots and the mask explorer of notebook 04 (padding, causal and combined masks).
+
+A mask is drawn as one (Lq, Lk) grid per sample: rows are queries (the token
+looking), columns are keys (the token looked at), green = True = "may attend",
+grey = False = blocked.
+"""
+from __future__ import annotations
+
+import html
+import io
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.colors import ListedColormap
+
+from .. import causal_mask, padding_mask
+from .common import heatmap
+
+#: False (blocked) -> light grey, True (may attend) -> green.
+MASK_CMAP = ListedColormap(["#dcdcdc", "#2e8540"], name="mask")
+
+
+def per_sample_grids(mask: torch.Tensor, batch: int) -> torch.Tensor:
+    """Any mask that broadcasts to (B, 1, Lq, Lk) -> (B, Lq, Lk), for drawing.
+
+    A padding mask (B, 1, 1, L) becomes L identical rows per sample, a causal
+    mask (1, 1, L, L) the same triangle for every sample: what broadcasting does
+    when the mask meets the (B, H, Lq, Lk) scores.
+    """
+    if mask.dim() != 4:
+        raise ValueError(f"mask: expected a 4-D mask (B or 1, 1, Lq or 1, Lk), got shape "
+                         f"{tuple(mask.shape)}")
+    length = mask.size(-1)
+    rows = length if mask.size(-2) == 1 else mask.size(-2)   # a padding mask: one row per query
+    return torch.broadcast_to(mask, (batch, mask.size(1), rows, length))[:, 0]
+
+
+def _grid_lines(ax, rows: int, cols: int) -> None:
+    """White lines between the cells, so single cells can be counted."""
+    ax.set_xticks(np.arange(-0.5, cols, 1.0), minor=True)
+    ax.set_yticks(np.arange(-0.5, rows, 1.0), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.2)
+    ax.tick_params(which="minor", length=0)
+
+
+def mask_grid(ax, grid, x_labels, y_labels, title: str = ""):
+    """One (Lq, Lk) bool grid on `ax` with labels; returns the image artist."""
+    grid = grid.float() if isinstance(grid, torch.Tensor) else np.asarray(grid, dtype=float)
+    image = heatmap(ax, grid, x_labels=x_labels, y_labels=y_labels, title=title,
+                    xlabel="key (the token looked at)", ylabel="query (the token looking)",
+                    cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False)
+    _grid_lines(ax, grid.shape[0], grid.shape[1])
+    return image
+
+
+def mask_legend(fig, image, axes) -> None:
+    """One colour bar for the whole figure, saying which colour means what."""
+    bar = fig.colorbar(image, ax=axes, ticks=[0.25, 0.75], fraction=0.025, pad=0.02)
+    bar.ax.set_yticklabels(["False\nblocked", "True\nmay attend"])
+    bar.set_label("mask value")
+
+
+def plot_masks(mask: torch.Tensor, tokens, titles=None, suptitle: str = "",
+               panel_size: float = 3.6):
+    """One labelled query-by-key grid per sample of a 4-D mask (anything that
+    broadcasts to (B, 1, Lq, Lk)); `tokens` is one list of L tokens per sample."""
+    batch = len(tokens)
+    grids = per_sample_grids(mask, batch)                     # (B, Lq, Lk)
+    fig, axes = plt.subplots(1, batch, figsize=(panel_size * batch + 1.2, panel_size + 0.6),
+                             squeeze=False, layout="constrained")
+    axes = axes[0]
+    titles = titles or [f"sample {b}" for b in range(batch)]
+    image = None
+    for b, ax in enumerate(axes):
+        image = mask_grid(ax, grids[b], tokens[b], tokens[b], titles[b])
+        if b:
+            ax.set_ylabel("")
+    mask_legend(fig, image, axes)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def plot_mask_variants(variants: dict, tokens, sample: int, panel_size: float = 3.3):
+    """The same sample under several masks, side by side: {title: 4-D mask}.
+
+    Each panel's title ends with how many keys each query row may see; a row
+    with 0 visible keys gives NaN after the softmax (notebook 05).
+    """
+    names = list(variants)
+    fig, axes = plt.subplots(1, len(names), figsize=(panel_size * len(names) + 1.0,
+                                                     panel_size + 1.0),
+                             squeeze=False, layout="constrained")
+    axes = axes[0]
+    image = None
+    for i, (ax, name) in enumerate(zip(axes, names)):
+        mask = variants[name]
+        mask = mask[sample: sample + 1] if mask.size(0) > 1 else mask   # (1, 1, Lq or 1, Lk)
+        grid = per_sample_grids(mask, 1)[0]                             # (L, L)
+        visible = grid.sum(-1).tolist()
+        image = mask_grid(ax, grid, tokens, tokens, f"{name}\nkeys per row: {visible}")
+        ax.title.set_fontsize(9)
+        if i:
+            ax.set_ylabel("")
+    mask_legend(fig, image, axes)
+    return fig
+
+
+# ---- fast redraws ---------------------------------------------------------------------------
+
+class BlitPNG:
+    """PNG frames of a figure of which only a few artists change (no text among them).
+
+    Everything else, the text above all (drawing text is what makes a full
+    matplotlib render slow), is drawn once into a background; a frame then
+    restores that background, draws the changing `artists` on top, in order,
+    and encodes the pixels. Measured: a few ms per frame instead of ~150 ms.
+    """
+
+    def __init__(self, fig, artists, dpi: float = 80):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        self.fig, self.artists = fig, list(artists)
+        fig.set_dpi(dpi)
+        self.canvas = FigureCanvasAgg(fig)
+        for artist in self.artists:
+            artist.set_animated(True)   # left out of the full draw below
+        self.canvas.draw()
+        self.background = self.canvas.copy_from_bbox(fig.bbox)
+
+    def png(self) -> bytes:
+        from PIL import Image
+
+        self.canvas.restore_region(self.background)
+        for artist in self.artists:
+            self.fig.draw_artist(artist)
+        pixels = np.asarray(self.canvas.buffer_rgba())
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="png", compress_level=1)
+        return buffer.getvalue()
+
+
+def _cell_borders(ax, rows: int, cols: int):
+    """White lines between cells as one artist (drawn on top of the image in every frame)."""
+    from matplotlib.collections import LineCollection
+
+    segments = [[(x, -0.5), (x, rows - 0.5)] for x in np.arange(-0.5, cols, 1.0)]
+    segments += [[(-0.5, y), (cols - 0.5, y)] for y in np.arange(-0.5, rows, 1.0)]
+    return ax.add_collection(LineCollection(segments, colors="white", linewidths=1.2, zorder=3))
+
+
+# ---- the widget ----------------------------------------------------------------------------
+
+def masks_from_lengths(lengths, seq_len: int, causal: bool) -> torch.Tensor:
+    """Real-token counts per sample -> the mask the batch would get, (B, 1, L, L).
+
+    Builds a stand-in id batch (1 = some real token, 0 = <pad>) and uses tfmlib's
+    own `padding_mask` and `causal_mask`.
+    """
+    lengths = torch.as_tensor(list(lengths))
+    ids = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()   # (B, L): 1 real, 0 pad
+    mask = padding_mask(ids, pad_id=0)                                 # (B, 1, 1, L)
+    if causal:
+        mask = mask & causal_mask(seq_len)                             # (B, 1, L, L)
+    return torch.broadcast_to(mask, (len(lengths), 1, seq_len, seq_len))
+
+
+def describe_setting(lengths, seq_len: int, causal: bool) -> str:
+    """One line saying which shapes meet and where the padding is."""
+    batch = len(lengths)
+    if causal:
+        shapes = (f"padding ({batch}, 1, 1, {seq_len}) & causal (1, 1, {seq_len}, {seq_len})"
+                  f" -> combined ({batch}, 1, {seq_len}, {seq_len})")
+    else:
+        shapes = (f"padding mask ({batch}, 1, 1, {seq_len}), drawn broadcast to "
+                  f"({batch}, 1, {seq_len}, {seq_len})")
+    pads = []
+    for b, n in enumerate(lengths):
+        pads.append(f"sample {b}: " + (f"positions {n}..{seq_len - 1} are <pad>" if n < seq_len - 1
+                                        else f"position {n} is <pad>" if n == seq_len - 1
+                                        else "no <pad>"))
+    return shapes + "\n" + ";  ".join(pads)
+
+
+class _MaskPanels:
+    """The explorer's figure: one grid per sample with fixed labels; only the images change."""
+
+    def __init__(self, batch: int, seq_len: int, panel_size: float = 3.0):
+        self.seq_len = seq_len
+        self.fig, axes = plt.subplots(1, batch, figsize=(panel_size * batch + 1.2, panel_size + 0.5),
+                                      squeeze=False)
+        self.axes = list(axes[0])
+        blank = np.zeros((seq_len, seq_len))
+        positions = [str(i) for i in range(seq_len)]
+        self.images = []
+        self.borders = []
+        for b, ax in enumerate(self.axes):
+            image = heatmap(ax, blank, x_labels=positions, y_labels=positions,
+                            title=f"sample {b}", xlabel="key position",
+                            ylabel="query position" if b == 0 else "",
+                            cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False)
+            ax.tick_params(axis="x", labelrotation=0)
+            self.images.append(image)
+            self.borders.append(_cell_borders(ax, seq_len, seq_len))
+        self.fig.subplots_adjust(left=0.07, right=0.86, bottom=0.17, top=0.9, wspace=0.3)
+        cax = self.fig.add_axes((0.88, 0.17, 0.013, 0.73))
+        bar = self.fig.colorbar(self.images[0], cax=cax, ticks=[0.25, 0.75])
+        bar.ax.set_yticklabels(["False\nblocked", "True\nmay attend"])
+
+    def draw(self, lengths, causal: bool) -> torch.Tensor:
+        masks = masks_from_lengths(lengths, self.seq_len, causal)        # (B, 1, L, L)
+        for b, image in enumerate(self.images):
+            image.set_data(masks[b, 0].float().numpy())
+        return masks
+
+    @property
+    def changing_artists(self):
+        return [*self.images, *self.borders]
+
+
+def explorer_figure(lengths, seq_len: int, causal: bool = True):
+    """Static figure of the explorer at the given setting (for readers without widgets)."""
+    panels = _MaskPanels(len(lengths), seq_len)
+    panels.draw(list(lengths), causal)
+    panels.fig.suptitle(describe_setting(list(lengths), seq_len, causal), fontsize=9, y=1.08)
+    return panels.fig
+
+
+class MaskExplorer:
+    """Sliders for each sample's number of real tokens and a causal switch -> mask grids.
+
+    `update(lengths=[...], causal=...)` is the redraw callback (also used
+    headlessly by tests and benchmarks); `widget` is what the notebook displays;
+    `masks` holds the current (B, 1, L, L) mask; `last_redraw_ms` times the last
+    redraw, PNG frame included.
+    """
+
+    def __init__(self, lengths, seq_len: int, causal: bool = True):
+        import ipywidgets as widgets
+
+        self.seq_len = seq_len
+        self.panels = _MaskPanels(len(lengths), seq_len)
+        self.fig = self.panels.fig
+        plt.close(self.fig)  # shown only through the Output below, never twice
+        self.frames = BlitPNG(self.fig, self.panels.changing_artists)
+        self.sliders = [widgets.IntSlider(value=int(n), min=1, max=seq_len,
+                                          description=f"sample {b}",
+                                          style={"description_width": "60px"},
+                                          layout=widgets.Layout(width="250px"))
+                        for b, n in enumerate(lengths)]
+        self.causal_box = widgets.Checkbox(value=causal, description="causal (decoder)")
+        self.caption = widgets.HTML()
+        self.output = widgets.Output(layout=widgets.Layout(height="290px"))
+        self._quiet = False
+        for control in (*self.sliders, self.causal_box):
+            control.observe(self._on_change, names="value")
+        header = widgets.Label(f"real tokens per sample (the other positions of L = {seq_len} "
+                               "are <pad>):")
+        self.widget = widgets.VBox([header, widgets.HBox(self.sliders), self.causal_box,
+                                    self.caption, self.output])
+        self.masks = None
+        self.last_redraw_ms = float("nan")
+        self.update()
+
+    def _on_change(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
+    def update(self, lengths=None, causal: bool | None = None) -> None:
+        """Redraw for the given values (None keeps the control's value)."""
+        start = time.perf_counter()
+        self._quiet = True  # moving the controls here must not trigger a second redraw
+        try:
+            if lengths is not None:
+                if len(lengths) != len(self.sliders):
+                    raise ValueError(f"lengths: expected {len(self.sliders)} values, "
+                                     f"got {list(lengths)}")
+                for slider, n in zip(self.sliders, lengths):
+                    if not 1 <= int(n) <= self.seq_len:
+                        raise ValueError(f"lengths: expected values in 1..{self.seq_len}, got {n}")
+                    slider.value = int(n)
+            if causal is not None:
+                self.causal_box.value = bool(causal)
+        finally:
+            self._quiet = False
+        lengths = [s.value for s in self.sliders]
+        self.masks = self.panels.draw(lengths, self.causal_box.value)
+        text = describe_setting(lengths, self.seq_len, self.causal_box.value)
+        self.caption.value = "<br>".join(f"<code>{html.escape(line)}</code>"
+                                         for line in text.split("\n"))
+        self._show()
+        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+
+    def png(self) -> bytes:
+        """The current figure as PNG bytes."""
+        return self.frames.png()
+
+    def _show(self) -> None:
+        from IPython.display import Image, clear_output, display
+        with self.output:
+            clear_output(wait=True)
+            display(Image(data=self.png(), format="png"))
+
+
+def mask_explorer(lengths, seq_len: int, causal: bool = True) -> MaskExplorer:
+    """Build the explorer; display `.widget` in the notebook."""
+    return MaskExplorer(lengths, seq_len, causal=causal)

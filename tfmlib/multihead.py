@@ -5,8 +5,8 @@ import math
 
 import torch
 
-from ._validation import (require_keys, require_ndim, require_positive_int, require_size,
-                          shape_str)
+from ._validation import (require_keys, require_min_ndim, require_ndim, require_positive_int,
+                          require_size, shape_str)
 from .attention import scaled_dot_product_attention
 
 MHA_KEYS = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")
@@ -14,6 +14,8 @@ MHA_KEYS = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """(..., in), weight (out, in) -> (..., out), like nn.Linear: x @ W^T + b."""
+    require_min_ndim("x", x, 1, "(..., in_features)")
+    require_ndim("weight", weight, 2, "(out_features, in_features)")
     if x.size(-1) != weight.size(-1):
         raise ValueError(
             f"weight: expected (out_features, {x.size(-1)}) to match x {shape_str(x)}, "
@@ -57,7 +59,10 @@ def multi_head_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
                             ("key", key, "(B, Lk, d_model)"), ("value", value, "(B, Lk, d_model)")):
         require_ndim(name, x, 3, layout)
     require_size("key", key, 0, query.size(0), "batch size of query")
+    require_size("value", value, 0, query.size(0), "batch size of query")
     require_size("value", value, 1, key.size(1), "Lk, the length of key")
+    require_size("key", key, 2, query.size(2), "d_model of query")
+    require_size("value", value, 2, query.size(2), "d_model of query")
     q = split_heads(linear(query, params["w_q"], params.get("b_q")), num_heads)  # (B, H, Lq, d_k)
     k = split_heads(linear(key, params["w_k"], params.get("b_k")), num_heads)    # (B, H, Lk, d_k)
     v = split_heads(linear(value, params["w_v"], params.get("b_v")), num_heads)  # (B, H, Lk, d_k)
@@ -68,7 +73,7 @@ def multi_head_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
 
 def init_mha_params(d_model: int, generator: torch.Generator | None = None,
                     dtype: torch.dtype = torch.float32, device=None) -> dict:
-    """Xavier-uniform weights (D, D) and zero biases, as nn.MultiheadAttention starts."""
+    """Xavier-uniform weights (D, D) and zero biases: each projection starts at a moderate scale."""
     require_positive_int("d_model", d_model)
     bound = math.sqrt(6.0 / (d_model + d_model))
     params = {}

@@ -1,0 +1,257 @@
+"""Plots and the heads explorer of notebook 06 (multi-head attention).
+
+All heads of one sentence are tiled into a single image (one tile per head). The
+explorer renders the labels of each tile layout once and afterwards only paints
+the new image over that background (blitting), which keeps a redraw well under
+100 ms even with a token label on every row and column.
+"""
+from __future__ import annotations
+
+import io
+import math
+import time
+
+import matplotlib
+import numpy as np
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .. import (add_positional_encoding, embed, init_mha_params, multi_head_attention,
+                padding_mask, sinusoidal_positional_encoding)
+from ..tokenization import PAD, invert_vocab
+
+HEAD_CHOICES = (1, 2, 4, 8)
+D_K_CHOICES = (2, 4, 8, 16)
+VMAX = 0.5  # colour scale 0 .. 0.5 (uniform over 8 keys is 0.125); larger weights saturate
+GAP_X, GAP_Y = 1, 2  # empty cells between two tiles (rows leave room for "head h")
+XLABEL = "key (the token looked at)"
+YLABEL = "query (the token looking)"
+
+
+def canvas_png(canvas: FigureCanvasAgg) -> bytes:
+    """What an Agg canvas holds now, as PNG bytes, without drawing the figure again."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    image = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(),
+                             "raw", "RGBA", 0, 1)
+    image.convert("RGB").save(buffer, format="png", compress_level=1)  # fast, light compression
+    return buffer.getvalue()
+
+
+def running_example_input(ids: torch.Tensor, vocab_size: int, d_model: int,
+                          seed: int = 0) -> torch.Tensor:
+    """(B, L) ids -> (B, L, d_model): the course's running example at any width.
+
+    Same recipe as the notebooks' first cells: a (V, d_model) table with entries
+    ~ N(0, 1/d_model) from a generator seeded `seed`, so that the embedding times
+    sqrt(d_model) has entries ~ N(0, 1); plus the sinusoidal positional encoding.
+    """
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(vocab_size, d_model, generator=g) / math.sqrt(d_model)
+    pe = sinusoidal_positional_encoding(ids.size(1), d_model)
+    return add_positional_encoding(embed(ids, table), pe)
+
+
+def grid_shape(num_heads: int) -> tuple[int, int]:
+    """(rows, cols) of the tile grid: 1 -> 1x1, 2 -> 1x2, 4 -> 2x2, 8 -> 2x4, 16 -> 4x4."""
+    rows = max(1, math.isqrt(num_heads))
+    return rows, math.ceil(num_heads / rows)
+
+
+def tile_heads(weights) -> np.ndarray:
+    """(H, Lq, Lk) -> one 2-D array with the heads in a grid (NaN between tiles)."""
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().cpu().float().numpy()
+    heads, lq, lk = weights.shape
+    rows, cols = grid_shape(heads)
+    step_y, step_x = lq + GAP_Y, lk + GAP_X
+    canvas = np.full((rows * step_y - GAP_Y, cols * step_x - GAP_X), np.nan)
+    for h in range(heads):
+        r, c = divmod(h, cols)
+        canvas[r * step_y: r * step_y + lq, c * step_x: c * step_x + lk] = weights[h]
+    return canvas
+
+
+class _HeadGrid:
+    """One axes with one image holding every head's (Lq, Lk) map, and its labels."""
+
+    def __init__(self, ax, tokens, max_heads: int = 16, cax=None):
+        self.ax, self.tokens = ax, list(tokens)
+        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # NaN gaps: white
+        self.image = ax.imshow(np.zeros((1, 1)), cmap=cmap, vmin=0.0, vmax=VMAX,
+                               interpolation="nearest")
+        self.head_labels = [ax.text(0, 0, "", ha="center", va="bottom", fontsize=9)
+                            for _ in range(max_heads)]
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        self.cax = cax
+        if cax is None:
+            bar = ax.figure.colorbar(self.image, ax=ax, fraction=0.025, pad=0.02, extend="max")
+        else:
+            bar = ax.figure.colorbar(self.image, cax=cax, extend="max")
+        bar.set_label("attention weight (each row sums to 1)")
+        ax.set_xlabel(XLABEL)
+        ax.set_ylabel(YLABEL)
+        self.layout = None
+
+    def set_layout(self, heads: int) -> None:
+        """Place ticks (token names) and 'head h' labels for a grid of `heads` tiles."""
+        if self.layout == heads:
+            return
+        length = len(self.tokens)
+        rows, cols = grid_shape(heads)
+        step_x, step_y = length + GAP_X, length + GAP_Y
+        width, height = cols * step_x - GAP_X, rows * step_y - GAP_Y
+        self.image.set_extent((-0.5, width - 0.5, height - 0.5, -0.5))
+        self.ax.set_xlim(-0.5, width - 0.5)
+        self.ax.set_ylim(height - 0.5, -1.7)  # room above the top row for the head labels
+        xs = [c * step_x + j for c in range(cols) for j in range(length)]
+        ys = [r * step_y + i for r in range(rows) for i in range(length)]
+        self.ax.set_xticks(xs, labels=self.tokens * cols, rotation=90, fontsize=8)
+        self.ax.set_yticks(ys, labels=self.tokens * rows, fontsize=8)
+        for h, label in enumerate(self.head_labels):
+            r, c = divmod(h, cols)
+            label.set_visible(h < heads)
+            label.set_position((c * step_x + (length - 1) / 2, r * step_y - 0.6))
+            label.set_text(f"head {h}")
+        if self.cax is not None:  # keep the colour bar right next to the tiles
+            self.ax.apply_aspect()
+            box = self.ax.get_position()
+            self.cax.set_position((box.x1 + 0.015, box.y0, 0.012, box.height))
+        self.layout = heads
+
+    def draw(self, weights) -> None:
+        """weights (H, L, L) of one sentence."""
+        self.set_layout(weights.shape[0])
+        self.image.set_data(tile_heads(weights))
+
+
+def plot_heads(weights, tokens, title: str = "", figsize=(10, 5)):
+    """Static figure: one heatmap per head of one sentence; weights (H, Lq, Lk)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    grid = _HeadGrid(ax, tokens)
+    grid.draw(weights)
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+def describe_choice(heads: int, d_k: int, length: int) -> str:
+    d_model = heads * d_k
+    return (f"heads = {heads}, d_k = {d_k}  ->  d_model = {heads} x {d_k} = {d_model};   "
+            f"W_q, W_k, W_v, W_o: ({d_model}, {d_model});   "
+            f"weights: (1, {heads}, {length}, {length})")
+
+
+class HeadsExplorer:
+    """Dropdowns for heads and d_k -> one attention heatmap per head of one sentence.
+
+    Each choice builds the running example at width d_model = heads x d_k,
+    re-initialises seeded projections and runs tfmlib's `multi_head_attention`.
+    `update(heads=..., d_k=...)` is the redraw callback (usable headlessly);
+    `widget` is what the notebook displays; `last_redraw_ms` times the last redraw.
+    """
+
+    def __init__(self, ids: torch.Tensor, vocab: dict, sample: int = 0, heads: int = 4,
+                 d_k: int = 4, seed: int = 0, param_seed: int = 1, dpi: int = 80):
+        import ipywidgets as widgets
+
+        self.vocab, self.seed, self.param_seed = vocab, seed, param_seed
+        self.ids = ids[sample: sample + 1]                            # (1, L)
+        id_to_token = invert_vocab(vocab)
+        self.tokens = [id_to_token[int(i)] for i in self.ids[0]]
+        self.mask = padding_mask(self.ids, vocab[PAD])                # (1, 1, 1, L)
+        # A figure outside pyplot: never shown by the inline backend on its own.
+        self.fig = Figure(figsize=(10, 5), dpi=dpi)
+        self.canvas = FigureCanvasAgg(self.fig)
+        self.ax = self.fig.add_axes((0.08, 0.16, 0.79, 0.74))
+        colour_bar = self.fig.add_axes((0.89, 0.16, 0.015, 0.74))  # moved next to the tiles later
+        self.grid = _HeadGrid(self.ax, self.tokens, cax=colour_bar)
+        self.title = self.fig.text(0.5, 0.96, "", ha="center", va="center", fontsize=10)
+        self._backgrounds = {}
+
+        self.heads_box = widgets.Dropdown(options=list(HEAD_CHOICES), value=heads,
+                                          description="heads")
+        self.d_k_box = widgets.Dropdown(options=list(D_K_CHOICES), value=d_k, description="d_k")
+        self.output = widgets.Output(layout=widgets.Layout(height="420px"))
+        self._quiet = False
+        for box in (self.heads_box, self.d_k_box):
+            box.observe(self._on_change, names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.heads_box, self.d_k_box]), self.output])
+        self.weights = None
+        self.last_redraw_ms = float("nan")
+        for choice in HEAD_CHOICES:  # draw every layout's labels once, now rather than on a click
+            self.grid.set_layout(choice)
+            self._background()
+        self.update()
+
+    def compute(self, heads: int, d_k: int) -> torch.Tensor:
+        """(heads, L, L) attention weights of the sentence at d_model = heads * d_k."""
+        d_model = heads * d_k
+        x = running_example_input(self.ids, len(self.vocab), d_model, self.seed)    # (1, L, D)
+        params = init_mha_params(d_model, generator=torch.Generator().manual_seed(self.param_seed))
+        with torch.no_grad():
+            _, weights = multi_head_attention(x, x, x, params, heads, self.mask)    # (1, H, L, L)
+        return weights[0]
+
+    def _on_change(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
+    def update(self, heads: int | None = None, d_k: int | None = None) -> None:
+        """Redraw for the given values (None keeps the control's current value)."""
+        start = time.perf_counter()
+        self._quiet = True  # moving the controls from here must not redraw twice
+        try:
+            if heads is not None:
+                self.heads_box.value = heads  # a value that is not offered raises TraitError
+            if d_k is not None:
+                self.d_k_box.value = d_k
+        finally:
+            self._quiet = False
+        heads, d_k = self.heads_box.value, self.d_k_box.value
+        self.weights = self.compute(heads, d_k)
+        self.grid.draw(self.weights)
+        self.title.set_text(describe_choice(heads, d_k, len(self.tokens)))
+        self._show()
+        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+
+    def _background(self):
+        """The figure without image and title, for the current layout (drawn once, then cached)."""
+        layout = self.grid.layout
+        if layout not in self._backgrounds:
+            self.grid.image.set_visible(False)
+            self.title.set_visible(False)
+            self.canvas.draw()
+            self._backgrounds[layout] = self.canvas.copy_from_bbox(self.fig.bbox)
+            self.grid.image.set_visible(True)
+            self.title.set_visible(True)
+        return self._backgrounds[layout]
+
+    def _render(self) -> None:
+        """Paint the current image and title over the cached labels of this layout."""
+        self.canvas.restore_region(self._background())
+        self.ax.apply_aspect()  # a full draw would do this: fit the axes box to this grid
+        self.ax.draw_artist(self.grid.image)
+        self.fig.draw_artist(self.title)
+
+    def png(self) -> bytes:
+        """The current figure as PNG bytes."""
+        self._render()
+        return canvas_png(self.canvas)
+
+    def _show(self) -> None:
+        from IPython.display import Image, clear_output, display
+
+        png = self.png()
+        with self.output:
+            clear_output(wait=True)
+            display(Image(data=png, format="png"))
+
+
+def heads_explorer(ids: torch.Tensor, vocab: dict, sample: int = 0, **kwargs) -> HeadsExplorer:
+    """Build the explorer; display its `.widget` in the notebook."""
+    return HeadsExplorer(ids, vocab, sample=sample, **kwargs)

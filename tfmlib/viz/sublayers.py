@@ -1,0 +1,209 @@
+"""Plots and the LayerNorm explorer of notebook 07 (FFN, dropout, residual, LayerNorm).
+
+Three histograms follow one residual block: what goes into the LayerNorm, what
+comes out of it, and what the block hands to the next layer. Post-LN and Pre-LN
+put the LayerNorm in different places, so the same three panels tell them apart.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .. import dropout, layer_norm, residual_sublayer
+from .multihead import canvas_png
+
+EDGES = np.linspace(-6.0, 6.0, 49)  # bins of width 0.25; values beyond +-6 land in the end bins
+P_MAX = 0.9
+PANEL_TITLES = {
+    False: ("LayerNorm input: x + Dropout(FFN(x))", "LayerNorm output",
+            "block output = LayerNorm(x + Dropout(FFN(x)))"),
+    True: ("LayerNorm input: x itself", "LayerNorm output (fed to the FFN)",
+           "block output = x + Dropout(FFN(LayerNorm(x)))"),
+}
+
+
+def block_stages(x: torch.Tensor, sublayer, norm: dict, p: float, norm_first: bool,
+                 seed: int = 0) -> dict:
+    """The three tensors the histograms show, each (B, L, D).
+
+    "block output" comes from tfmlib's `residual_sublayer`; the other two repeat
+    its steps with the same seeded dropout mask, so all three belong together.
+    """
+    def generator():
+        return torch.Generator().manual_seed(seed)
+
+    with torch.no_grad():
+        output = residual_sublayer(x, sublayer, norm, norm_first=norm_first, dropout_p=p,
+                                   training=True, generator=generator())
+        if norm_first:   # Pre-LN: x + Dropout(sublayer(LN(x)))
+            norm_in = x
+        else:            # Post-LN: LN(x + Dropout(sublayer(x)))
+            norm_in = x + dropout(sublayer(x), p, training=True, generator=generator())
+        norm_out = layer_norm(norm_in, norm["gamma"], norm["beta"])
+    return {"LayerNorm input": norm_in, "LayerNorm output": norm_out, "block output": output}
+
+
+def fractions(values: torch.Tensor) -> np.ndarray:
+    """Share of all entries in each bin of EDGES (entries outside go to the end bins)."""
+    data = np.clip(values.detach().cpu().double().numpy().ravel(), EDGES[0], EDGES[-1])
+    counts, _ = np.histogram(data, bins=EDGES)
+    return counts / data.size
+
+
+def _fixed(value: float, digits: int) -> float:
+    return round(float(value), digits) + 0.0  # + 0.0 turns -0.0 into 0.0: no "-0.000"
+
+
+def summary(output: torch.Tensor, p: float, norm_first: bool) -> str:
+    """One line: mean and std of the block output, overall and per token."""
+    token_std = output.std(dim=-1, unbiased=False)  # (B, L)
+    name = "Pre-LN" if norm_first else "Post-LN"
+    return (f"{name}, dropout p = {p:.2f}:  block output mean {_fixed(output.mean(), 3):+.3f}, "
+            f"std {_fixed(output.std(unbiased=False), 3):.3f};  per-token std from "
+            f"{_fixed(token_std.min(), 2):.2f} to {_fixed(token_std.max(), 2):.2f}")
+
+
+def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool, ymax: float):
+    """Fill three axes with step histograms; returns the artists a redraw repaints."""
+    steps, titles, means = [], [], []
+    for ax, values, title in zip(axes, stages.values(), PANEL_TITLES[norm_first]):
+        steps.append(ax.stairs(fractions(values), EDGES, fill=True, alpha=0.75, color="tab:blue",
+                               label="this stage"))
+        mean = values.mean().item()
+        means.append(ax.axvline(mean, color="tab:red", linewidth=1.2, label="mean"))
+        titles.append(ax.set_title(title, fontsize=9))
+        ax.set_xlim(EDGES[0], EDGES[-1])
+        ax.set_ylim(0, ymax)
+        ax.set_xlabel("activation value")
+    # The block's input x, dashed on the last panel: how much did the block change it?
+    reference = axes[-1].stairs(fractions(block_input), EDGES, color="black", linestyle="--",
+                                linewidth=1, label="block input x")
+    axes[-1].legend(loc="upper right", fontsize=8, frameon=False)
+    axes[0].set_ylabel("share of the B x L x D values")
+    return steps, titles, means, reference
+
+
+def plot_block_histograms(x: torch.Tensor, sublayer, norm: dict, p: float = 0.1,
+                          norm_first: bool = False, seed: int = 0, figsize=(12, 3.6)):
+    """Static figure: the three histograms of one residual block at one setting."""
+    import matplotlib.pyplot as plt
+
+    stages = block_stages(x, sublayer, norm, p, norm_first, seed)
+    fig, axes = plt.subplots(1, 3, figsize=figsize, sharey=True)
+    ymax = 1.15 * max(fractions(v).max() for v in (*stages.values(), x))
+    _draw_panels(axes, stages, x, norm_first, ymax)
+    fig.suptitle(summary(stages["block output"], p, norm_first), fontsize=10)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.8, wspace=0.08)
+    return fig
+
+
+class BlockExplorer:
+    """A dropout-probability slider and a Post-LN / Pre-LN switch -> three histograms.
+
+    `update(p=..., norm_first=...)` is the redraw callback (usable headlessly);
+    `widget` is what the notebook displays; `summary` is the line above the plots;
+    `last_redraw_ms` times the last redraw.
+    """
+
+    def __init__(self, x: torch.Tensor, sublayer, norm: dict, p: float = 0.1,
+                 norm_first: bool = False, seed: int = 0, dpi: int = 80):
+        import ipywidgets as widgets
+
+        self.x, self.sublayer, self.norm, self.seed = x, sublayer, norm, seed
+        # One y-range for every setting, so bars can be compared across moves of the slider.
+        settings = [(float(q), first) for q in np.linspace(0.0, P_MAX, 10)
+                    for first in (False, True)]
+        self.ymax = 1.1 * max(fractions(v).max() for q, first in settings
+                              for v in block_stages(x, sublayer, norm, q, first, seed).values())
+        self.fig = Figure(figsize=(12, 3.6), dpi=dpi)
+        self.canvas = FigureCanvasAgg(self.fig)
+        axes = self.fig.subplots(1, 3, sharey=True)
+        self.fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.8, wspace=0.08)
+        self.stages = block_stages(x, sublayer, norm, p, norm_first, seed)
+        self.steps, self.titles, self.means, self.reference = _draw_panels(
+            axes, self.stages, x, norm_first, self.ymax)
+        self.axes = axes
+        self.headline = self.fig.suptitle("", fontsize=10)
+
+        self.p_slider = widgets.FloatSlider(value=p, min=0.0, max=P_MAX, step=0.05,
+                                            description="dropout p", readout_format=".2f")
+        self.mode = widgets.ToggleButtons(options=[("Post-LN", False), ("Pre-LN", True)],
+                                          value=norm_first, description="LayerNorm")
+        self.output = widgets.Output(layout=widgets.Layout(height="310px"))
+        self._quiet = False
+        for control in (self.p_slider, self.mode):
+            control.observe(self._on_change, names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.p_slider, self.mode]), self.output])
+        self._backgrounds = {}
+        for mode in (False, True):
+            self._background(mode)
+        self.summary = ""
+        self.last_redraw_ms = float("nan")
+        self.update()
+
+    def _background(self, norm_first: bool):
+        """Axes, ticks, labels and panel titles of one mode, drawn once and then reused."""
+        if norm_first not in self._backgrounds:
+            for title, text in zip(self.titles, PANEL_TITLES[norm_first]):
+                title.set_text(text)
+            dynamic = (*self.steps, *self.means, self.reference, self.headline)
+            for artist in dynamic:
+                artist.set_visible(False)
+            self.canvas.draw()
+            self._backgrounds[norm_first] = self.canvas.copy_from_bbox(self.fig.bbox)
+            for artist in dynamic:
+                artist.set_visible(True)
+        return self._backgrounds[norm_first]
+
+    def _on_change(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
+    def update(self, p: float | None = None, norm_first: bool | None = None) -> None:
+        """Redraw for the given values (None keeps the control's current value)."""
+        start = time.perf_counter()
+        self._quiet = True  # moving the controls from here must not redraw twice
+        try:
+            if p is not None:
+                self.p_slider.value = p
+            if norm_first is not None:
+                self.mode.value = norm_first
+        finally:
+            self._quiet = False
+        p, norm_first = float(self.p_slider.value), bool(self.mode.value)
+        self.stages = block_stages(self.x, self.sublayer, self.norm, p, norm_first, self.seed)
+        for step, line, values in zip(self.steps, self.means, self.stages.values()):
+            step.set_data(fractions(values))
+            mean = values.mean().item()
+            line.set_xdata([mean, mean])
+        self.summary = summary(self.stages["block output"], p, norm_first)
+        self.headline.set_text(self.summary)
+        self._show()
+        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+
+    def png(self) -> bytes:
+        """The current figure as PNG bytes."""
+        self.canvas.restore_region(self._background(bool(self.mode.value)))
+        for ax, step, line in zip(self.axes, self.steps, self.means):
+            ax.draw_artist(step)
+            ax.draw_artist(line)
+        self.axes[-1].draw_artist(self.reference)  # on top of the bars
+        self.fig.draw_artist(self.headline)
+        return canvas_png(self.canvas)
+
+    def _show(self) -> None:
+        from IPython.display import Image, clear_output, display
+
+        png = self.png()
+        with self.output:
+            clear_output(wait=True)
+            display(Image(data=png, format="png"))
+
+
+def block_explorer(x: torch.Tensor, sublayer, norm: dict, **kwargs) -> BlockExplorer:
+    """Build the explorer; display its `.widget` in the notebook."""
+    return BlockExplorer(x, sublayer, norm, **kwargs)

@@ -5,6 +5,8 @@ import math
 
 import torch
 
+from ._validation import require_keys
+
 
 def _as_list(parameters) -> list[torch.Tensor]:
     params = list(parameters)
@@ -43,9 +45,10 @@ def adam_step(parameters, state: dict, lr: float, betas: tuple[float, float] = (
     """
     params = _as_list(parameters)
     _check_hyperparameters(lr, betas, eps)
-    if len(state.get("m", ())) != len(params):
+    require_keys("state", state, ("t", "m", "v"))
+    if len(state["m"]) != len(params):
         raise ValueError(f"state: expected moments for {len(params)} parameters, "
-                         f"got {len(state.get('m', ()))}; create it with adam_init(parameters)")
+                         f"got {len(state['m'])}; create it with adam_init(parameters)")
     beta1, beta2 = betas
     state["t"] += 1
     t = state["t"]

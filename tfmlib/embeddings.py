@@ -6,7 +6,7 @@ import math
 import torch
 
 from ._validation import (require_integer_ids, require_min_ndim, require_ndim,
-                          require_positive_int, require_float, shape_str)
+                          require_positive_int, require_float, require_tensor, shape_str)
 
 
 def embed(token_ids: torch.Tensor, table: torch.Tensor, scale: bool = True) -> torch.Tensor:
@@ -68,6 +68,9 @@ def learned_positional_encoding(max_len: int, d_model: int, generator=None,
 
 def rotate_half_pairs(x: torch.Tensor) -> torch.Tensor:
     """(..., D) -> (..., D): each pair (x0, x1) becomes (-x1, x0), a 90-degree turn."""
+    require_min_ndim("x", x, 1, "(..., D)")
+    if x.size(-1) % 2:
+        raise ValueError(f"x: expected an even last dimension (pairs), got shape {shape_str(x)}")
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack((-odd, even), dim=-1).flatten(-2)
 
@@ -86,6 +89,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None,
         raise ValueError(f"x: expected an even last dimension (rotated pairs), got shape {shape_str(x)}")
     if positions is None:
         positions = torch.arange(length, device=x.device)
+    require_tensor("positions", positions, layout=f"({length},)")
     if positions.shape != (length,):
         raise ValueError(f"positions: expected shape ({length},), got {shape_str(positions)}")
     inv_freq = base ** (-torch.arange(0, dim, 2, device=x.device, dtype=torch.float64) / dim)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import require_keys, require_ndim, require_positive_int
+from ._validation import (require_keys, require_mask, require_ndim, require_positive_int,
+                          require_size)
 from .multihead import init_mha_params, multi_head_attention
 from .sublayers import (feed_forward, init_ffn_params, init_norm_params, layer_norm,
                         residual_sublayer)
@@ -53,7 +54,13 @@ def decoder_layer(x: torch.Tensor, memory: torch.Tensor, params: dict, num_heads
     """
     require_ndim("x", x, 3, "(B, Lt, d_model)")
     require_ndim("memory", memory, 3, "(B, Ls, d_model)")
+    require_size("memory", memory, 0, x.size(0), "batch size of x")
+    require_size("memory", memory, 2, x.size(2), "d_model of x")
     require_keys("params", params, DECODER_KEYS)
+    require_positive_int("num_heads", num_heads)
+    batch, tgt_len, src_len = x.size(0), x.size(1), memory.size(1)
+    require_mask("self_mask", self_mask, (batch, num_heads, tgt_len, tgt_len), "(B, H, Lt, Lt)")
+    require_mask("memory_mask", memory_mask, (batch, num_heads, tgt_len, src_len), "(B, H, Lt, Ls)")
     options = dict(norm_first=norm_first, dropout_p=dropout_p, training=training, eps=eps,
                    generator=generator)
     attention = {}
@@ -83,6 +90,7 @@ def encoder(x: torch.Tensor, layers: list[dict], num_heads: int, mask: torch.Ten
     for params in layers:
         hidden = encoder_layer(hidden, params, num_heads, mask, **options)  # pass `hidden` on
     if final_norm is not None:
+        require_keys("final_norm", final_norm, ("gamma", "beta"))
         hidden = layer_norm(hidden, final_norm["gamma"], final_norm["beta"], options.get("eps", 1e-5))
     return hidden
 
@@ -97,6 +105,7 @@ def decoder(x: torch.Tensor, memory: torch.Tensor, layers: list[dict], num_heads
     for params in layers:
         hidden = decoder_layer(hidden, memory, params, num_heads, self_mask, memory_mask, **options)
     if final_norm is not None:
+        require_keys("final_norm", final_norm, ("gamma", "beta"))
         hidden = layer_norm(hidden, final_norm["gamma"], final_norm["beta"], options.get("eps", 1e-5))
     return hidden
 

@@ -74,23 +74,25 @@ def trace_shapes(function_names):
     Every tfmlib module that holds one of the names gets a recording wrapper
     for the duration of the `with` block; nested calls are indented.
     """
+    if isinstance(function_names, str):
+        raise TypeError(f"function_names: expected a list of names, got the str {function_names!r}")
     trace, depth = ShapeTrace(), [0]
     patched = []
     modules = [m for name, m in sys.modules.items() if name.startswith("tfmlib") and m is not None]
-    for function_name in function_names:
-        originals = [getattr(m, function_name) for m in modules if hasattr(m, function_name)]
-        if not originals:
-            raise ValueError(f"function_names: {function_name!r} is not a tfmlib function")
-        original = originals[0]
-        wrapper = _recording(original, function_name, trace, depth)
-        for module in modules:
-            if getattr(module, function_name, None) is original:
-                patched.append((module, function_name, original))
-                setattr(module, function_name, wrapper)
-    try:
+    try:  # patch inside `try`: an unknown name must not leave the earlier ones patched
+        for function_name in function_names:
+            originals = [getattr(m, function_name) for m in modules if hasattr(m, function_name)]
+            if not originals:
+                raise ValueError(f"function_names: {function_name!r} is not a tfmlib function")
+            original = originals[0]
+            wrapper = _recording(original, function_name, trace, depth)
+            for module in modules:
+                if getattr(module, function_name, None) is original:
+                    patched.append((module, function_name, original))
+                    setattr(module, function_name, wrapper)
         yield trace
     finally:
-        for module, function_name, original in patched:
+        for module, function_name, original in reversed(patched):  # last patched, first undone
             setattr(module, function_name, original)
 
 

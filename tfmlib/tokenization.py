@@ -95,6 +95,10 @@ def pad_batch(id_lists: Sequence[Sequence[int]], pad_id: int,
     length = max_len if max_len is not None else max(len(ids) for ids in id_lists)
     batch = torch.full((len(id_lists), length), pad_id, dtype=torch.long)  # (B, L)
     for row, ids in enumerate(id_lists):
+        if isinstance(ids, torch.Tensor):
+            ids = require_integer_ids(f"id_lists[{row}]", ids).tolist()
+        if not all(isinstance(i, int) for i in ids):  # torch.tensor(..., long) would truncate 2.7 to 2
+            raise TypeError(f"id_lists[{row}]: expected integer ids, got {list(ids)!r}")
         ids = list(ids)[:length]
         batch[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
     return batch
@@ -103,5 +107,9 @@ def pad_batch(id_lists: Sequence[Sequence[int]], pad_id: int,
 def encode_batch(sentences: Sequence[str], vocab: dict[str, int], add_bos: bool = False,
                  add_eos: bool = False, max_len: int | None = None) -> torch.Tensor:
     """Sentences -> (B, L) LongTensor: the whole of notebook 02 in one call."""
+    if isinstance(sentences, str):
+        raise TypeError("sentences: expected a list of sentences, got a single str")
+    if len(sentences) == 0:
+        raise ValueError("sentences: expected at least one sentence, got an empty batch")
     id_lists = [encode(s, vocab, add_bos=add_bos, add_eos=add_eos) for s in sentences]
     return pad_batch(id_lists, _special_id(vocab, PAD), max_len=max_len)

@@ -1,0 +1,40 @@
+"""Shared fixtures of the unit tests of tfmlib.
+
+The tests compare tfmlib with PyTorch's own implementations in float64 on small,
+awkward sizes (odd batch, Lq != Lk, d_v != d_k), so that a wrong axis or a wrong
+scale cannot hide behind a square shape or behind float32 rounding.
+"""
+import pytest
+import torch
+
+# The tests run on a small shared CPU: one intra-op thread per process is much
+# faster for these tiny tensors than several threads fighting over two cores
+# (measured: the training test takes ~13 s with 1 thread, ~45 s with 2).
+torch.set_num_threads(1)
+
+# Every device this machine has. Nothing is skipped on a CPU-only machine: the
+# device-parametrized tests simply run on the CPU alone there.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    return torch.device(request.param)
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    """A fresh, seeded CPU generator: every test draws the same numbers every run."""
+    return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture
+def f64():
+    """Make a float64 tensor of the given shape with standard-normal entries."""
+    generator = torch.Generator().manual_seed(4321)
+
+    def make(*shape, device="cpu", requires_grad=False):
+        x = torch.randn(*shape, generator=generator, dtype=torch.float64).to(device)
+        return x.requires_grad_(requires_grad)
+
+    return make

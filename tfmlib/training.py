@@ -12,11 +12,11 @@ import torch.nn.functional as F
 
 from .adam import adam_init, adam_step, zero_grad
 from .embeddings import add_positional_encoding, embed, sinusoidal_positional_encoding
-from .encoder_decoder import (decoder, encoder, init_decoder_layer_params,
-                              init_encoder_layer_params)
+from .encoder_decoder import (decoder, decoder_layer, encoder, encoder_layer,
+                              init_decoder_layer_params, init_encoder_layer_params)
 from .masks import padding_mask, target_mask
 from .multihead import linear
-from .sublayers import init_norm_params
+from .sublayers import init_norm_params, layer_norm
 from .tokenization import BOS, EOS, PAD, build_vocab, decode
 
 DIGITS = "0 1 2 3 4 5 6 7 8 9"
@@ -150,6 +150,35 @@ def forward(params: dict, src: torch.Tensor, tgt_in: torch.Tensor, config: Model
     """(B, Ls) source ids, (B, Lt) shifted target ids -> logits (B, Lt, V)."""
     memory, src_mask = encode_source(params, src, config, training)
     return decode_target(params, tgt_in, memory, src_mask, config, training)
+
+
+@torch.no_grad()
+def attention_maps(params: dict, src: torch.Tensor, tgt_in: torch.Tensor,
+                   config: ModelConfig) -> dict:
+    """Every attention map of one evaluation forward pass, one entry per layer.
+
+    -> {"encoder": [(B, H, Ls, Ls)], "decoder_self": [(B, H, Lt, Lt)],
+        "decoder_cross": [(B, H, Lt, Ls)]}; the same computation as `forward`,
+    with the layers called one by one so that each can hand back its weights.
+    """
+    options = dict(_options(config, training=False), need_weights=True)
+    pe = sinusoidal_positional_encoding(config.max_len, config.d_model,
+                                        dtype=params["embedding"].dtype, device=src.device)
+    maps = {"encoder": [], "decoder_self": [], "decoder_cross": []}
+    src_mask = padding_mask(src, PAD_ID)                                      # (B, 1, 1, Ls)
+    hidden = add_positional_encoding(embed(src, params["embedding"]), pe)     # (B, Ls, D)
+    for layer in params["encoder"]:
+        hidden, weights = encoder_layer(hidden, layer, config.num_heads, src_mask, **options)
+        maps["encoder"].append(weights)
+    memory = layer_norm(hidden, params["encoder_norm"]["gamma"], params["encoder_norm"]["beta"])
+    tgt_mask = target_mask(tgt_in, PAD_ID)                                    # (B, 1, Lt, Lt)
+    hidden = add_positional_encoding(embed(tgt_in, params["embedding"]), pe)  # (B, Lt, D)
+    for layer in params["decoder"]:
+        hidden, (self_weights, cross_weights) = decoder_layer(
+            hidden, memory, layer, config.num_heads, tgt_mask, src_mask, **options)
+        maps["decoder_self"].append(self_weights)
+        maps["decoder_cross"].append(cross_weights)
+    return maps
 
 
 def _options(config: ModelConfig, training: bool) -> dict:

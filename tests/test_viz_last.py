@@ -1,0 +1,181 @@
+"""The widgets of notebooks 08, 09 and 10, built headlessly: each update must change the plot.
+
+Every explorer exposes `.update(...)` (what a learner's click does) and keeps its artists, so
+a test can compare the plotted data before and after a change without a browser.
+"""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+pytest.importorskip("ipywidgets")
+
+from tfmlib import (add_positional_encoding, build_vocab, embed, encode_batch,  # noqa: E402
+                    init_decoder_layer_params, init_encoder_layer_params, padding_mask,
+                    sinusoidal_positional_encoding, target_mask)
+from tfmlib.training import ModelConfig, init_model  # noqa: E402
+from tfmlib.viz import adam as adam_viz  # noqa: E402
+from tfmlib.viz import encoder_decoder as ed_viz  # noqa: E402
+from tfmlib.viz import training as tr_viz  # noqa: E402
+
+SENTENCES = ["the cat sat on the mat", "i love nlp", "attention is all you need"]
+TARGETS = ["die katze sass auf der matte", "ich liebe nlp", "aufmerksamkeit ist alles"]
+
+
+def _snapshot(image) -> np.ndarray:
+    return np.ma.filled(np.asarray(image.get_array(), dtype=float), np.nan).copy()
+
+
+def _changed(before: np.ndarray, after: np.ndarray) -> bool:
+    return before.shape != after.shape or not np.allclose(before, after, equal_nan=True)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    d_model, d_ff = 16, 32
+    vocab, tgt_vocab = build_vocab(SENTENCES), build_vocab(TARGETS)
+    ids = encode_batch(SENTENCES, vocab, add_bos=True, add_eos=True)      # (3, 8)
+    tgt_ids = encode_batch(TARGETS, tgt_vocab, add_bos=True)              # (3, 7)
+    g = torch.Generator().manual_seed(0)
+    pe = sinusoidal_positional_encoding(16, d_model)
+    x = add_positional_encoding(embed(ids, torch.randn(len(vocab), d_model, generator=g)), pe)
+    y = add_positional_encoding(embed(tgt_ids, torch.randn(len(tgt_vocab), d_model, generator=g)), pe)
+    return ed_viz.StackAttention(
+        x, padding_mask(ids, 0), y, target_mask(tgt_ids, 0),
+        encoder_layers=[init_encoder_layer_params(d_model, d_ff, generator=g) for _ in range(3)],
+        decoder_layers=[init_decoder_layer_params(d_model, d_ff, generator=g) for _ in range(3)],
+        sample_names=SENTENCES)
+
+
+# ---- notebook 08 ------------------------------------------------------------------------------
+
+def test_stack_maps_shapes(stack):
+    encoder_maps = stack.maps(2, 4, "encoder")
+    assert [tuple(m.shape) for m in encoder_maps] == [(3, 4, 8, 8)] * 2
+    assert tuple(stack.maps(3, 2, "decoder_self")[0].shape) == (3, 2, 7, 7)
+    assert tuple(stack.maps(1, 8, "decoder_cross")[0].shape) == (3, 8, 7, 8)
+
+
+def test_tile_layout(stack):
+    canvas = ed_viz.tile(stack.maps(2, 4, "decoder_cross"), sample=1)
+    assert canvas.shape == (2 * 8 - 1, 4 * 9 - 1)       # 2 layers of 7 rows, 4 heads of 8 columns
+    assert np.isnan(canvas[7]).all() and np.isnan(canvas[:, 8]).all()   # the separators
+
+
+@pytest.mark.parametrize("change", [dict(layers=3), dict(heads=8), dict(sample=2),
+                                    dict(kind="decoder self-attention (causal)"),
+                                    dict(kind="decoder cross-attention", heads=1, layers=1)])
+def test_stack_widget_redraws(stack, change):
+    explorer = ed_viz.StackAttentionExplorer(stack, num_layers=2, num_heads=4)
+    before, picture = _snapshot(explorer.image), explorer.picture.value
+    explorer.update(**change)
+    assert _changed(before, _snapshot(explorer.image))
+    assert explorer.picture.value != picture and explorer.picture.value[:4] == b"\x89PNG"
+
+
+def test_stack_widget_offers_only_divisors(stack):
+    explorer = ed_viz.StackAttentionExplorer(stack)
+    assert list(explorer.heads.options) == [1, 2, 4, 8, 16]
+    assert explorer.layers.max == 3
+
+
+def test_stack_static_figure(stack):
+    fig = ed_viz.plot_stack_attention(stack, num_layers=2, num_heads=4,
+                                      kind="decoder cross-attention", sample=1)
+    assert fig.axes[0].get_images()[0].get_array().shape == (15, 35)
+    matplotlib.pyplot.close(fig)
+
+
+# ---- notebook 09 ------------------------------------------------------------------------------
+
+def test_optimizer_paths():
+    sgd = adam_viz.optimizer_path("sgd", lr=0.1)
+    adam = adam_viz.optimizer_path("adam", lr=0.1)
+    assert sgd.shape == adam.shape == (adam_viz.STEPS + 1, 2)
+    np.testing.assert_allclose(sgd[1] - sgd[0], [0.04, -0.3], atol=1e-9)    # lr * gradient
+    np.testing.assert_allclose(adam[1] - adam[0], [0.1, -0.1], atol=1e-6)   # lr * sign(gradient)
+    assert adam_viz.path_losses(adam)[-1] < adam_viz.path_losses(sgd)[-1]
+
+
+def test_diverging_sgd_is_not_plotted_as_inf():
+    path = adam_viz.optimizer_path("sgd", lr=1.5, steps=2000)
+    assert not np.isinf(path).any()
+
+
+@pytest.mark.parametrize("change", [dict(lr=0.5), dict(beta1=0.0), dict(beta2=0.9)])
+def test_optimizer_widget_redraws(change):
+    explorer = adam_viz.OptimizerPathExplorer()
+    sgd_line, adam_line, sgd_loss, adam_loss = explorer.lines
+    before = [np.array(adam_line.get_xydata()), np.array(adam_loss.get_ydata())]
+    sgd_before = np.array(sgd_line.get_xydata())
+    picture = explorer.picture.value
+    explorer.update(**change)
+    assert _changed(before[0], np.array(adam_line.get_xydata()))
+    assert _changed(before[1], np.array(adam_loss.get_ydata()))
+    if "lr" in change:                   # SGD has no betas: only lr moves its path
+        assert _changed(sgd_before, np.array(sgd_line.get_xydata()))
+    else:
+        np.testing.assert_array_equal(sgd_before, np.array(sgd_line.get_xydata()))
+    assert explorer.picture.value != picture and explorer.picture.value[:4] == b"\x89PNG"
+
+
+# ---- notebook 10 ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    config = ModelConfig(d_model=16, num_heads=2, d_ff=32, num_layers=2, max_len=16)
+    return init_model(config, torch.Generator().manual_seed(0)), config
+
+
+def test_predict_with_attention_shapes(tiny_model):
+    params, config = tiny_model
+    source, output, cross = tr_viz.predict_with_attention(params, config, "3 1 4 1 5")
+    assert source == ["3", "1", "4", "1", "5"]
+    assert tuple(cross.shape) == (config.num_heads, len(output), 5)
+    assert torch.allclose(cross.sum(-1), torch.ones(config.num_heads, len(output)))
+
+
+@pytest.mark.parametrize("change", [dict(text="9 8 7 6 5 4 3"), dict(head="2"),
+                                    dict(text="1 2 3", head="1")])
+def test_reverse_widget_redraws(tiny_model, change):
+    params, config = tiny_model
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5", "2 7 1 8"])
+    before, picture = _snapshot(explorer.image), explorer.picture.value
+    explorer.update(**change)
+    assert _changed(before, _snapshot(explorer.image))
+    assert explorer.picture.value != picture
+    assert "&rarr;" in explorer.result.value
+
+
+def test_reverse_widget_example_dropdown_sets_the_text(tiny_model):
+    params, config = tiny_model
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5", "2 7 1 8"])
+    before = _snapshot(explorer.image)
+    explorer.example.value = "2 7 1 8"
+    assert explorer.text.value == "2 7 1 8"
+    assert _changed(before, _snapshot(explorer.image))
+
+
+def test_reverse_widget_reports_bad_input_and_keeps_the_plot(tiny_model):
+    params, config = tiny_model
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5"])
+    before = _snapshot(explorer.image)
+    explorer.update(text="3 x 4")
+    assert "expected digits" in explorer.result.value
+    np.testing.assert_array_equal(before, _snapshot(explorer.image))
+
+
+def test_training_figures(tiny_model):
+    params, config = tiny_model
+    history = {"step": [1, 2, 3], "loss": [2.0, 1.0, 0.5], "eval_step": [3], "exact_match": [0.5]}
+    for fig in (tr_viz.plot_training_curves(history),
+                tr_viz.plot_cross_attention(params, config, "1 2 3"),
+                tr_viz.plot_cross_attention_mean(params, config, "1 2 3")):
+        assert fig.axes
+        matplotlib.pyplot.close(fig)
+    assert tr_viz.tokens(torch.tensor([1, 4, 2])) == ["<bos>", "0", "<eos>"]

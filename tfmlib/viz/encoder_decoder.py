@@ -1,0 +1,164 @@
+"""Notebook 08: the attention maps of every layer of an encoder-decoder stack, tiled into one image.
+
+`StackAttention` holds one batch and enough layers' params; `maps(...)` runs the
+stack and returns each layer's weights. `plot_stack_attention` draws them for a
+static figure, `stack_attention_widget` lets the learner change the number of
+layers, heads, the sentence and which attention to look at.
+"""
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from ..encoder_decoder import decoder_layer, encoder_layer
+
+KINDS = {"encoder self-attention": "encoder",
+         "decoder self-attention (causal)": "decoder_self",
+         "decoder cross-attention": "decoder_cross"}
+
+
+@dataclass
+class StackAttention:
+    """One batch through a stack: source x (B, Ls, D) with its padding mask (B, 1, 1, Ls),
+    target y (B, Lt, D) with its mask (B, 1, Lt, Lt), and params for up to len(...) layers."""
+    x: torch.Tensor
+    src_mask: torch.Tensor
+    y: torch.Tensor
+    tgt_mask: torch.Tensor
+    encoder_layers: list
+    decoder_layers: list
+    sample_names: list
+
+    @property
+    def max_layers(self) -> int:
+        return min(len(self.encoder_layers), len(self.decoder_layers))
+
+    @torch.no_grad()
+    def maps(self, num_layers: int, num_heads: int, kind: str = "encoder") -> list[torch.Tensor]:
+        """Weights of each of the first `num_layers` layers: [(B, H, Lq, Lk)] * num_layers."""
+        hidden, encoder_maps = self.x, []
+        for params in self.encoder_layers[:num_layers]:
+            hidden, weights = encoder_layer(hidden, params, num_heads, self.src_mask,
+                                            need_weights=True)   # hidden is passed on
+            encoder_maps.append(weights)                             # (B, H, Ls, Ls)
+        if kind == "encoder":
+            return encoder_maps
+        memory, target, self_maps, cross_maps = hidden, self.y, [], []
+        for params in self.decoder_layers[:num_layers]:
+            target, (self_weights, cross_weights) = decoder_layer(
+                target, memory, params, num_heads, self.tgt_mask, self.src_mask, need_weights=True)
+            self_maps.append(self_weights)                           # (B, H, Lt, Lt)
+            cross_maps.append(cross_weights)                         # (B, H, Lt, Ls)
+        return self_maps if kind == "decoder_self" else cross_maps
+
+
+def tile(maps: list[torch.Tensor], sample: int) -> np.ndarray:
+    """[(B, H, Lq, Lk)] per layer -> one 2-D image: a row of tiles per layer, a column per head.
+
+    Tiles are separated by one row/column of NaN, which imshow leaves blank.
+    """
+    layers = [m[sample].float().numpy() for m in maps]       # each (H, Lq, Lk)
+    heads, lq, lk = layers[0].shape
+    canvas = np.full((len(layers) * (lq + 1) - 1, heads * (lk + 1) - 1), np.nan)
+    for row, weights in enumerate(layers):
+        for col in range(heads):
+            top, left = row * (lq + 1), col * (lk + 1)
+            canvas[top:top + lq, left:left + lk] = weights[col]
+    return canvas
+
+
+def _style(ax, image, canvas, num_layers, num_heads, kind_label, sample_name):
+    rows, cols = canvas.shape
+    lq = (rows + 1) // num_layers - 1
+    lk = (cols + 1) // num_heads - 1
+    image.set_data(canvas)
+    image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(rows - 0.5, -0.5)
+    ax.set_xticks([c * (lk + 1) + (lk - 1) / 2 for c in range(num_heads)],
+                  labels=[str(c + 1) for c in range(num_heads)])
+    ax.set_yticks([r * (lq + 1) + (lq - 1) / 2 for r in range(num_layers)],
+                  labels=[str(r + 1) for r in range(num_layers)])
+    ax.set_title(f"{kind_label}, '{sample_name}'\n"
+                 f"{num_layers} layer(s) x {num_heads} head(s); each tile (Lq={lq}) x (Lk={lk})",
+                 fontsize=10)
+
+
+def _build(fig, canvas):
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(canvas, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.set_xlabel("head  (inside a tile: keys, left to right)")
+    ax.set_ylabel("layer  (inside a tile: queries, top to bottom)")
+    bar = fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
+    bar.set_label("attention weight")
+    return ax, image
+
+
+def plot_stack_attention(stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
+                         kind: str = "encoder self-attention", sample: int = 0):
+    """A static figure of the tiled attention maps (for readers without widget JavaScript)."""
+    canvas = tile(stack.maps(num_layers, num_heads, KINDS[kind]), sample)
+    fig = plt.figure(figsize=(9, 4.2))
+    ax, image = _build(fig, canvas)
+    _style(ax, image, canvas, num_layers, num_heads, kind, stack.sample_names[sample])
+    return fig
+
+
+class StackAttentionExplorer:
+    """The widget: `.widget` to display, `.update(layers=..., heads=..., kind=..., sample=...)`
+    to redraw from code (tests, benchmarks); `.image` is the imshow artist."""
+
+    def __init__(self, stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
+                 kind: str = "encoder self-attention", sample: int = 0):
+        import ipywidgets as widgets
+
+        self.stack = stack
+        d_model = stack.x.size(-1)
+        self.layers = widgets.IntSlider(value=num_layers, min=1, max=stack.max_layers,
+                                        description="layers")
+        self.heads = widgets.Dropdown(options=[h for h in range(1, d_model + 1) if d_model % h == 0],
+                                      value=num_heads, description="heads")
+        self.kind = widgets.Dropdown(options=list(KINDS), value=kind, description="attention",
+                                     layout=widgets.Layout(width="330px"))
+        self.sample = widgets.Dropdown(options=[(n, i) for i, n in enumerate(stack.sample_names)],
+                                       value=sample, description="sentence",
+                                       layout=widgets.Layout(width="330px"))
+        self.figure = Figure(figsize=(9, 4.2))
+        canvas = tile(stack.maps(num_layers, num_heads, KINDS[kind]), sample)
+        self.ax, self.image = _build(self.figure, canvas)
+        self.picture = widgets.Image(format="png", layout=widgets.Layout(height="430px"))
+        self.redraw_seconds = 0.0
+        for control in (self.layers, self.heads, self.kind, self.sample):
+            control.observe(lambda change: self.redraw(), names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.layers, self.heads]),
+                                    widgets.HBox([self.kind, self.sample]), self.picture])
+        self.redraw()
+
+    def update(self, layers=None, heads=None, kind=None, sample=None):
+        """Set any of the controls; each change redraws (as a learner's click would)."""
+        for control, value in ((self.layers, layers), (self.heads, heads), (self.kind, kind),
+                               (self.sample, sample)):
+            if value is not None:
+                control.value = value
+        return self
+
+    def redraw(self):
+        start = time.perf_counter()
+        canvas = tile(self.stack.maps(self.layers.value, self.heads.value, KINDS[self.kind.value]),
+                      self.sample.value)
+        _style(self.ax, self.image, canvas, self.layers.value, self.heads.value, self.kind.value,
+               self.stack.sample_names[self.sample.value])
+        buffer = io.BytesIO()
+        self.figure.savefig(buffer, format="png", dpi=80)
+        self.picture.value = buffer.getvalue()
+        self.redraw_seconds = time.perf_counter() - start
+
+
+def stack_attention_widget(stack: StackAttention, **defaults) -> StackAttentionExplorer:
+    return StackAttentionExplorer(stack, **defaults)

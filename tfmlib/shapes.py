@@ -71,14 +71,18 @@ def trace_shapes(function_names):
             encoder_layer(x, params, num_heads=4)
         print(trace.table())
 
-    Every tfmlib module that holds one of the names gets a recording wrapper
+    Every tfmlib module, and the calling script or notebook, that holds one of
+    the names gets a recording wrapper
     for the duration of the `with` block; nested calls are indented.
     """
     if isinstance(function_names, str):
         raise TypeError(f"function_names: expected a list of names, got the str {function_names!r}")
     trace, depth = ShapeTrace(), [0]
     patched = []
-    modules = [m for name, m in sys.modules.items() if name.startswith("tfmlib") and m is not None]
+    # tfmlib's own modules, and the caller's script or notebook, which may have done
+    # `from tfmlib import encoder_layer` and so holds its own reference to the function.
+    modules = [m for name, m in sys.modules.items()
+               if (name.startswith("tfmlib") or name == "__main__") and m is not None]
     try:  # patch inside `try`: an unknown name must not leave the earlier ones patched
         for function_name in function_names:
             originals = [getattr(m, function_name) for m in modules if hasattr(m, function_name)]

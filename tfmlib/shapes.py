@@ -72,8 +72,8 @@ def trace_shapes(function_names):
         print(trace.table())
 
     Every tfmlib module, and the calling script or notebook, that holds one of
-    the names gets a recording wrapper
-    for the duration of the `with` block; nested calls are indented.
+    the names gets a recording wrapper for the duration of the `with` block;
+    nested calls are indented.
     """
     if isinstance(function_names, str):
         raise TypeError(f"function_names: expected a list of names, got the str {function_names!r}")

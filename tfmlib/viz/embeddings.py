@@ -1,0 +1,297 @@
+"""Plots and the positional-encoding explorer of notebook 03 (embeddings and positions)."""
+from __future__ import annotations
+
+import html
+import io
+import time
+
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+import numpy as np
+import torch
+
+from ..embeddings import sinusoidal_positional_encoding
+from .common import heatmap
+
+D_MODEL_RANGE = (4, 128, 2)     # (min, max, step): sin/cos pairs need an even d_model
+MAX_LEN_RANGE = (8, 200, 1)
+
+
+def _numpy(x) -> np.ndarray:
+    return x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def plot_pe_heatmap(pe, ax=None, title: str | None = None):
+    """The (max_len, d_model) encoding as an image: positions down, dimensions across."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    max_len, d_model = pe.shape
+    image = heatmap(ax, pe, cmap="RdBu_r", vmin=-1, vmax=1, cbar_label="PE value",
+                    xlabel="dimension (column of PE)", ylabel="position in the sentence",
+                    title=title or f"sinusoidal PE, shape (max_len, d_model) = ({max_len}, {d_model})")
+    return image
+
+
+def plot_pe_curves(pe, dims=(0, 2, 4, 8), ax=None):
+    """A few columns of PE as curves over position: each even column is a sine of its own period."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
+    values = _numpy(pe)
+    max_len, d_model = values.shape
+    positions = np.arange(max_len)
+    for d in dims:
+        period = 2 * np.pi * 10000 ** ((d - d % 2) / d_model)
+        ax.plot(positions, values[:, d], marker="o", markersize=3,
+                label=f"column {d} ({'sin' if d % 2 == 0 else 'cos'}, period {period:.1f})")
+    ax.set_xlabel("position")
+    ax.set_ylabel("PE value")
+    ax.set_ylim(-1.15, 1.6)
+    ax.set_title(f"columns of PE over position (d_model = {d_model}): low columns turn fast, "
+                 "high columns slowly", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_pe_similarity(pe, anchors=(0, 10, 25), ax=None):
+    """PE[p] . PE[p + k] against the offset k, one curve per anchor p: the curves coincide."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
+    values = _numpy(pe)
+    max_len, d_model = values.shape
+    styles = [dict(linewidth=7, alpha=0.35, color="#1f77b4"),
+              dict(linewidth=3, linestyle="--", color="#ff7f0e"),
+              dict(linewidth=1.5, linestyle=":", color="#1a1a1a")]
+    for n, p in enumerate(anchors):
+        offsets = np.arange(max_len - p)
+        dots = values[p + offsets] @ values[p]
+        ax.plot(offsets, dots, label=f"anchor p = {p}", **styles[n % 3])
+    ax.set_xlabel("offset k (distance between the two positions)")
+    ax.set_ylabel("PE[p] · PE[p + k]")
+    ax.set_title(f"PE[p] · PE[p + k] depends only on the distance k  (d_model = {d_model})",
+                 fontsize=10)
+    ax.legend(fontsize=9)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_score_matrix(scores, ax=None, title: str = "", cbar_label: str = "q_m · k_n"):
+    """An (L, L) matrix of query-key dot products, with its values written in the cells."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.4, 4.4), layout="constrained")
+    values = _numpy(scores)
+    length = values.shape[0]
+    limit = float(np.abs(values).max())
+    image = heatmap(ax, values, title=title, xlabel="key position n", ylabel="query position m",
+                    cmap="RdBu_r", vmin=-limit, vmax=limit, cbar_label=cbar_label)
+    ax.set_xticks(range(length))
+    ax.set_yticks(range(length))
+    for (row, col), value in np.ndenumerate(values):
+        ax.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                color="white" if abs(value) > 0.6 * limit else "black")
+    return image
+
+
+# ---- the widget -------------------------------------------------------------------------------
+
+class PEPanels:
+    """Two panels on `fig`: the PE heatmap with rows i and j marked, and PE[i] . PE[p] over p.
+    `draw(d_model, max_len, pos_i, pos_j)` redraws in place and returns (pe, dots)."""
+
+    def __init__(self, fig):
+        fig.subplots_adjust(left=0.06, right=0.98, top=0.88, bottom=0.13, wspace=0.3)
+        self.ax_map, self.ax_dot = fig.subplots(1, 2, width_ratios=(1.1, 1))
+        self.image = heatmap(self.ax_map, np.zeros((2, 2)), cmap="RdBu_r", vmin=-1, vmax=1,
+                             cbar_label="PE value", xlabel="dimension (column of PE)",
+                             ylabel="position (row of PE)")
+        self.image.set_interpolation("nearest")
+        self.row_i = self.ax_map.axhline(0, color="#1a1a1a", linewidth=2)
+        self.row_j = self.ax_map.axhline(0, color="#1f9e3a", linewidth=2, linestyle="--")
+        (self.curve,) = self.ax_dot.plot([], [], color="#555555", linewidth=1.5)
+        (self.mark_i,) = self.ax_dot.plot([], [], "o", color="#1a1a1a", markersize=7, label="p = i")
+        (self.mark_j,) = self.ax_dot.plot([], [], "s", color="#1f9e3a", markersize=8, label="p = j")
+        self.ax_dot.axhline(0, color="#999999", linewidth=0.8)
+        self.ax_dot.set_xlabel("position p")
+        self.ax_dot.set_ylabel("PE[i] · PE[p]")
+        self.ax_dot.grid(alpha=0.3)
+        self.ax_dot.legend(loc="lower right", fontsize=9)
+        for ax in (self.ax_map, self.ax_dot):        # fixed title and label places: a redraw
+            ax.set_title(" ", fontsize=10, y=1.01)   # then skips measuring every tick label
+            ax.xaxis.set_label_coords(0.5, -0.1)
+            ax.yaxis.set_label_coords(-0.09, 0.5)
+            ax.xaxis.set_major_locator(MaxNLocator(6, integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(6, integer=True))
+        # What moves when only the positions change; everything else is the background.
+        self.moving = [self.row_i, self.row_j, self.curve, self.mark_i, self.mark_j,
+                       self.ax_map.title, self.ax_dot.title]
+
+    def draw(self, d_model: int, max_len: int, pos_i: int, pos_j: int):
+        pe = sinusoidal_positional_encoding(max_len, d_model)                 # (max_len, d_model)
+        values = pe.double().numpy()
+        dots = values @ values[pos_i]                                           # (max_len,)
+        self.image.set_data(values)
+        self.image.set_extent((-0.5, d_model - 0.5, max_len - 0.5, -0.5))
+        self.ax_map.set_xlim(-0.5, d_model - 0.5)
+        self.ax_map.set_ylim(max_len - 0.5, -0.5)
+        self.row_i.set_ydata([pos_i, pos_i])
+        self.row_j.set_ydata([pos_j, pos_j])
+        self.ax_map.title.set_text(f"PE ({max_len}, {d_model});  solid line: row i = {pos_i},  "
+                                   f"dashed: row j = {pos_j}")
+        self.curve.set_data(np.arange(max_len), dots)
+        self.mark_i.set_data([pos_i], [dots[pos_i]])
+        self.mark_j.set_data([pos_j], [dots[pos_j]])
+        self.ax_dot.set_xlim(-0.5, max_len - 0.5)
+        self.ax_dot.set_ylim(-0.55 * d_model, 0.62 * d_model)
+        self.ax_dot.title.set_text(f"PE[{pos_i}] · PE[{pos_j}] = {dots[pos_j]:.2f}   "
+                                   f"(distance |i - j| = {abs(pos_i - pos_j)})")
+        return pe, dots
+
+
+def plot_pe_explorer(d_model: int = 16, max_len: int = 50, pos_i: int = 10, pos_j: int = 14,
+                     figsize=(11, 4)):
+    """Static figure of the explorer's picture for one setting."""
+    fig = plt.figure(figsize=figsize)
+    PEPanels(fig).draw(d_model, max_len, pos_i, pos_j)
+    return fig
+
+
+class PositionalEncodingExplorer:
+    """Sliders for d_model, max_len and two positions -> the PE heatmap with the two rows marked,
+    and the dot product of position i's encoding with every position.
+
+    `update(d_model=..., max_len=..., pos_i=..., pos_j=...)` is the redraw callback (also used
+    headlessly); it returns a message ("" when the values were valid) instead of raising.
+    `widget` is what the notebook displays; `last_redraw_ms` times the last redraw;
+    `pe` is the last encoding drawn and `dot` the last PE[i] . PE[j].
+    """
+
+    def __init__(self, d_model: int = 16, max_len: int = 50, pos_i: int = 10, pos_j: int = 14):
+        import ipywidgets as widgets
+        from matplotlib.figure import Figure
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        self.fig = Figure(figsize=(11, 4), dpi=80)
+        self.canvas = FigureCanvasAgg(self.fig)
+        self.panels = PEPanels(self.fig)
+        self._background, self._background_size = None, None
+        slider = dict(continuous_update=True, layout=widgets.Layout(width="340px"))
+        lo, hi, step = D_MODEL_RANGE
+        self.d_model_box = widgets.IntSlider(value=d_model, min=lo, max=hi, step=step,
+                                             description="d_model", **slider)
+        lo, hi, step = MAX_LEN_RANGE
+        self.max_len_box = widgets.IntSlider(value=max_len, min=lo, max=hi, step=step,
+                                             description="max_len", **slider)
+        self.i_box = widgets.IntSlider(value=pos_i, min=0, max=max_len - 1, description="position i",
+                                       **slider)
+        self.j_box = widgets.IntSlider(value=pos_j, min=0, max=max_len - 1, description="position j",
+                                       **slider)
+        self.info = widgets.HTML()
+        self.output = widgets.Output(layout=widgets.Layout(height="330px"))
+        self._quiet = False
+        for box in (self.d_model_box, self.max_len_box, self.i_box, self.j_box):
+            box.observe(self._on_change, names="value")
+        self.widget = widgets.VBox([
+            widgets.HBox([self.d_model_box, self.max_len_box]),
+            widgets.HBox([self.i_box, self.j_box]), self.info, self.output])
+        self.pe, self.dot, self.message = None, float("nan"), ""
+        self.last_redraw_ms = float("nan")
+        self.update()
+
+    def _on_change(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
+    @staticmethod
+    def validate(d_model, max_len, pos_i, pos_j) -> str:
+        """"" when the values are valid, else what is wrong (the sliders only offer valid values)."""
+        lo, hi, _ = D_MODEL_RANGE
+        if not (isinstance(d_model, int) and lo <= d_model <= hi and d_model % 2 == 0):
+            return f"d_model must be an even whole number from {lo} to {hi} (sin/cos pairs), got {d_model!r}"
+        lo, hi, _ = MAX_LEN_RANGE
+        if not (isinstance(max_len, int) and lo <= max_len <= hi):
+            return f"max_len must be a whole number from {lo} to {hi}, got {max_len!r}"
+        for name, pos in (("position i", pos_i), ("position j", pos_j)):
+            if not (isinstance(pos, int) and 0 <= pos < max_len):
+                return f"{name} must be a row of PE: 0 to max_len - 1 = {max_len - 1}, got {pos!r}"
+        return ""
+
+    def update(self, d_model: int | None = None, max_len: int | None = None,
+               pos_i: int | None = None, pos_j: int | None = None) -> str:
+        """Redraw for the sliders' values (or the ones given here); returns a message, "" if valid."""
+        start = time.perf_counter()
+        wanted = {"d_model": d_model if d_model is not None else self.d_model_box.value,
+                  "max_len": max_len if max_len is not None else self.max_len_box.value,
+                  "pos_i": pos_i if pos_i is not None else self.i_box.value,
+                  "pos_j": pos_j if pos_j is not None else self.j_box.value}
+        if max_len is not None and pos_i is None and pos_j is None:   # a shorter max_len moves the
+            wanted["pos_i"] = min(wanted["pos_i"], max_len - 1)       # positions inside, as the
+            wanted["pos_j"] = min(wanted["pos_j"], max_len - 1)       # sliders do
+        self.message = self.validate(**wanted)
+        if self.message:                         # keep the last picture, say what is wrong
+            self.info.value = f"<span style='color:#b3261e'>{html.escape(self.message)}</span>"
+            return self.message
+        self._set_quietly(**wanted)
+        d, i, j = wanted["d_model"], wanted["pos_i"], wanted["pos_j"]
+        self.pe, dots = self.panels.draw(d, wanted["max_len"], i, j)
+        if self._background_size != (d, wanted["max_len"]):
+            self._background = None                  # the heatmap and the axes changed
+        self.dot = float(dots[j])
+        self.info.value = (f"<code>PE[{i}] · PE[{j}] = {self.dot:.3f}</code>; the largest possible value is "
+                           f"<code>d_model / 2 = {d // 2}</code> (a position with itself). Move both "
+                           "positions by the same amount: the dot product does not change.")
+        self._show()
+        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+        return ""
+
+    def _set_quietly(self, d_model, max_len, pos_i, pos_j) -> None:
+        self._quiet = True
+        try:
+            self.d_model_box.value = d_model
+            for box, pos in ((self.i_box, pos_i), (self.j_box, pos_j)):
+                box.max = max(box.max, max_len - 1)      # widen first, or the value would be clipped
+                box.value = pos
+                box.max = max_len - 1
+            self.max_len_box.value = max_len
+        finally:
+            self._quiet = False
+
+    def png(self) -> bytes:
+        """The current figure as PNG bytes.
+
+        Dragging a position slider changes only the lines, the markers, the curve and the
+        titles, so the rest (heatmap, colour bar, ticks: most of the drawing time) is drawn
+        once per (d_model, max_len) and kept as a background image.
+        """
+        from PIL import Image
+
+        if self._background is None:
+            shown = [artist.get_visible() for artist in self.panels.moving]
+            for artist in self.panels.moving:
+                artist.set_visible(False)
+            self.canvas.draw()
+            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+            self._background_size = (self.d_model_box.value, self.max_len_box.value)
+            for artist, visible in zip(self.panels.moving, shown):
+                artist.set_visible(visible)
+        else:
+            self.canvas.restore_region(self._background)
+        for artist in self.panels.moving:
+            self.fig.draw_artist(artist)
+        width, height = self.canvas.get_width_height(physical=True)
+        buffer = io.BytesIO()
+        Image.frombuffer("RGBA", (width, height), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).save(
+            buffer, format="png", compress_level=1)
+        return buffer.getvalue()
+
+    def _show(self) -> None:
+        from IPython.display import Image, clear_output, display
+        with self.output:
+            clear_output(wait=True)
+            display(Image(data=self.png(), format="png"))
+
+
+def positional_encoding_explorer(d_model: int = 16, max_len: int = 50, pos_i: int = 10,
+                                 pos_j: int = 14) -> PositionalEncodingExplorer:
+    """Build the explorer; display `.widget` in the notebook."""
+    return PositionalEncodingExplorer(d_model, max_len, pos_i, pos_j)

@@ -1,0 +1,303 @@
+"""Plots and the broadcast explorer of notebook 01 (shapes and broadcasting).
+
+The broadcasting diagram draws each operand *as it is read* at the result's
+shape: every element of the operand gets its own colour, the cells where it is
+really stored are drawn solid, and the cells where broadcasting reads the same
+element again (a size-1 or missing axis, repeated) are drawn in a lighter tint
+of that colour. Each panel is one RGB image, so a redraw is three `set_data`
+calls and one PNG render.
+"""
+from __future__ import annotations
+
+import html
+import io
+import math
+import re
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..shapes import broadcast_shape
+
+MAX_AXES = 4     # the diagram draws shapes of up to 4 axes ...
+MAX_SIZE = 8     # ... with at most 8 elements along each
+CELL = 12        # pixels per cell in a panel's image
+GAP = 6          # pixels between two slices of a 3-D or 4-D shape
+LIGHTEN = 0.62   # how far a repeated cell's colour is mixed towards white
+EDGE = np.array([0.35, 0.35, 0.35])
+RESULT_COLOUR = np.array([0.55, 0.55, 0.60])
+
+PRESETS = {
+    "(3, 1) and (4,): both operands repeat": ("3, 1", "4"),
+    "x + positional encoding: (B, L, D) + (L, D)": ("2, 3, 4", "3, 4"),
+    "x - mean with keepdim: (B, L, D) - (B, L, 1)": ("2, 3, 4", "2, 3, 1"),
+    "x - mean without keepdim: (B, L, D) - (B, L)": ("2, 3, 4", "2, 3"),
+    "bias: (B, L, D) + (D,)": ("2, 3, 4", "4"),
+    "padding mask: (B, 1, 1, L) & (B, H, L, L)": ("2, 1, 1, 3", "2, 2, 3, 3"),
+}
+
+
+# ---- parsing ----------------------------------------------------------------------------------
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """"3, 1" / "(3, 1)" / "3 1" / "4," -> (3, 1) ...; "" or "()" is a scalar's shape ().
+
+    Raises ValueError with a message meant for the learner.
+    """
+    cleaned = text.strip().strip("()[]").strip()
+    if not cleaned:
+        return ()
+    parts = [p for p in re.split(r"[,\s]+", cleaned) if p]
+    sizes = []
+    for part in parts:
+        if not part.isdigit():
+            raise ValueError(f"{part!r} is not a size: type whole numbers separated by commas, e.g. 2, 3, 4")
+        sizes.append(int(part))
+    if 0 in sizes:
+        raise ValueError("a size of 0 makes an empty tensor: use sizes of 1 or more")
+    return tuple(sizes)
+
+
+# ---- the diagram ------------------------------------------------------------------------------
+
+def _as_4d(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    return (1,) * (4 - len(shape)) + tuple(shape)
+
+
+def operand_cells(shape, result):
+    """For each cell of `result`: the flat index of the operand element it reads, and
+    whether that cell is where the element is stored (True) or a broadcast repeat (False)."""
+    padded = (1,) * (len(result) - len(shape)) + tuple(shape)   # a missing axis counts as 1
+    source = np.broadcast_to(np.arange(math.prod(padded)).reshape(padded), result)
+    stored = np.zeros(result, dtype=bool)
+    stored[tuple(slice(0, 1) if p == 1 else slice(None) for p in padded)] = True
+    return source, stored
+
+
+def _palette(n: int) -> np.ndarray:
+    """n distinct, fairly saturated colours (RGB)."""
+    if n <= 10:
+        return np.asarray(plt.get_cmap("tab10").colors)[:n]
+    return plt.get_cmap("turbo")(np.linspace(0.08, 0.92, n))[:, :3]
+
+
+def grid_image(colours: np.ndarray) -> np.ndarray:
+    """(s0, s1, s2, s3, 3) cell colours -> one RGB image of s2 x s3 grids: the s1 slices of
+    axis -3 side by side, the s0 slices of axis -4 one below the other."""
+    s0, s1, s2, s3, _ = colours.shape
+    block_h, block_w = s2 * CELL + 1, s3 * CELL + 1
+    image = np.ones((s0 * block_h + (s0 - 1) * GAP, s1 * block_w + (s1 - 1) * GAP, 3))
+    for a in range(s0):
+        for b in range(s1):
+            top, left = a * (block_h + GAP), b * (block_w + GAP)
+            block = image[top: top + block_h, left: left + block_w]      # a view into image
+            block[:-1, :-1] = np.repeat(np.repeat(colours[a, b], CELL, axis=0), CELL, axis=1)
+            block[::CELL, :] = EDGE                                      # horizontal cell borders
+            block[:, ::CELL] = EDGE                                      # vertical cell borders
+    return image
+
+
+def operand_image(shape, result) -> np.ndarray:
+    """RGB image of an operand read at the `result` shape (stored cells solid, repeats light)."""
+    source, stored = operand_cells(shape, result)
+    colours = _palette(max(math.prod(shape), 1))[source]          # (*result, 3)
+    colours = np.where(stored[..., None], colours, colours + LIGHTEN * (1 - colours))
+    return grid_image(colours.reshape(*_as_4d(result), 3))
+
+
+def result_image(result) -> np.ndarray:
+    colours = np.broadcast_to(RESULT_COLOUR, (*_as_4d(result), 3))
+    return grid_image(np.ascontiguousarray(colours))
+
+
+def drawable(*shapes) -> bool:
+    return all(len(s) <= MAX_AXES and all(n <= MAX_SIZE for n in s) for s in shapes)
+
+
+def alignment_table(shape_a, shape_b, op: str = "+") -> str:
+    """The two shapes written right-aligned, axis by axis, with the result or the clash."""
+    ndim = max(len(shape_a), len(shape_b), 1)
+    a = ("",) * (ndim - len(shape_a)) + tuple(shape_a)
+    b = ("",) * (ndim - len(shape_b)) + tuple(shape_b)
+    try:
+        result, clash = broadcast_shape(shape_a, shape_b), None
+    except ValueError:
+        result, clash = None, [i for i in range(ndim)
+                               if a[i] != "" and b[i] != "" and a[i] != b[i] and 1 not in (a[i], b[i])]
+    label_width = max(len(str(tuple(shape_a))), len(str(tuple(shape_b))), 6) + 4
+    lines = [f"{'axis':<{label_width}}" + "".join(f"{i - ndim:>5}" for i in range(ndim))]
+    lines.append(f"{'a ' + str(tuple(shape_a)):<{label_width}}" + "".join(f"{str(s):>5}" for s in a))
+    lines.append(f"{'b ' + str(tuple(shape_b)):<{label_width}}" + "".join(f"{str(s):>5}" for s in b))
+    if result is not None:
+        lines.append(f"{'a ' + op + ' b':<{label_width}}" + "".join(f"{s:>5}" for s in result))
+    else:
+        lines.append(" " * label_width + "".join("    ^" if i in clash else "     " for i in range(ndim))
+                     + "  sizes differ and neither is 1")
+    return "\n".join(lines)
+
+
+class BroadcastDiagram:
+    """Three stacked panels (a, b, result) on `fig`, redrawn in place by `draw(shape_a, shape_b)`."""
+
+    def __init__(self, fig):
+        self.fig = fig
+        self.axes = fig.subplots(3, 1)
+        self.images = []
+        for ax in self.axes:
+            self.images.append(ax.imshow(np.ones((2, 2, 3)), interpolation="nearest"))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            for spine in ax.spines.values():
+                spine.set_visible(False)
+        self.titles = [ax.set_title("", fontsize=11, loc="left") for ax in self.axes]
+        self.notes = [ax.text(0.5, 0.5, "", transform=ax.transAxes, ha="center", va="center",
+                              fontsize=11, color="#b3261e") for ax in self.axes]
+        fig.supxlabel("solid cell: where an element is stored;  light cell: the same element read "
+                      "again (broadcast)\naxis -3: slices side by side;  axis -4: slices one below the "
+                      "other;  panels are right-aligned, like the shapes", fontsize=9, color="#444444")
+
+    def draw(self, shape_a, shape_b, op: str = "+") -> tuple[int, ...] | None:
+        """Redraw for two shapes; returns the result shape, or None when they do not broadcast."""
+        shape_a, shape_b = tuple(shape_a), tuple(shape_b)
+        try:
+            result = broadcast_shape(shape_a, shape_b)
+        except ValueError:
+            result = None
+        if result is not None and drawable(shape_a, shape_b, result):
+            images = [operand_image(shape_a, result), operand_image(shape_b, result), result_image(result)]
+            titles = [f"{name} {shape}" + ("" if shape == result else f",  read as {result}")
+                      for name, shape in (("a", shape_a), ("b", shape_b))] + [f"a {op} b  {result}"]
+            notes = ["", "", ""]
+        elif result is not None:
+            images = [np.ones((2, 2, 3))] * 3
+            titles = [f"a {shape_a}", f"b {shape_b}", f"a {op} b  {result}"]
+            notes = [f"too large to draw (the diagram shows up to {MAX_AXES} axes of size <= {MAX_SIZE})",
+                     "", ""]
+        else:
+            drawn = [operand_image(s, s) if drawable(s) else np.ones((2, 2, 3)) for s in (shape_a, shape_b)]
+            images = drawn + [np.ones((2, 2, 3))]
+            titles = [f"a {shape_a}", f"b {shape_b}", f"a {op} b"]
+            notes = ["" if drawable(shape_a) else "too large to draw",
+                     "" if drawable(shape_b) else "too large to draw",
+                     "does not broadcast: no result"]
+        height = max(im.shape[0] for im in images)
+        width = max(im.shape[1] for im in images)
+        for ax, artist, image, title, note, text in zip(self.axes, self.images, images, titles,
+                                                        notes, self.notes):
+            h, w = image.shape[:2]
+            left, top = width - w, 0                         # right-aligned, like the shapes
+            artist.set_data(image)
+            artist.set_extent((left, left + w, top + h, top))
+            ax.set_xlim(0, width)
+            ax.set_ylim(height, 0)
+            ax.set_title(title, fontsize=11, loc="left")
+            text.set_text(note)
+        return result
+
+
+def plot_broadcast(shape_a, shape_b, op: str = "+", figsize=(7, 5.5)):
+    """Static broadcasting diagram of `a op b` (pyplot figure, shown inline)."""
+    fig = plt.figure(figsize=figsize, layout="constrained")
+    fig.get_layout_engine().set(h_pad=0.25)
+    BroadcastDiagram(fig).draw(shape_a, shape_b, op)
+    return fig
+
+
+# ---- the widget -------------------------------------------------------------------------------
+
+class BroadcastExplorer:
+    """Two text boxes (and a menu of examples) -> the broadcast result or the error, and the diagram.
+
+    `update(a="2, 3, 4", b="3, 4")` is the redraw callback (also used headlessly);
+    `widget` is what the notebook displays; `last_redraw_ms` times the last redraw;
+    `result` is the last result shape (None on an error) and `message` the text shown.
+    """
+
+    def __init__(self, a: str = "3, 1", b: str = "4"):
+        import ipywidgets as widgets
+        from matplotlib.figure import Figure
+
+        self.fig = Figure(figsize=(7, 5.5), dpi=80, layout="constrained")
+        self.fig.get_layout_engine().set(h_pad=0.25)
+        self.diagram = BroadcastDiagram(self.fig)
+        self.fig.draw_without_rendering()               # fix the layout once
+        self.fig.set_layout_engine("none")             # ... and keep it: redraws stay cheap
+        layout = widgets.Layout(width="260px")
+        self.a_box = widgets.Text(value=a, description="shape a", layout=layout)
+        self.b_box = widgets.Text(value=b, description="shape b", layout=layout)
+        self.examples = widgets.Dropdown(options=["(pick an example)", *PRESETS], description="examples",
+                                         layout=widgets.Layout(width="440px"))
+        self.info = widgets.HTML()
+        self.output = widgets.Output(layout=widgets.Layout(height="450px"))
+        self._quiet = False
+        self.a_box.observe(self._on_change, names="value")
+        self.b_box.observe(self._on_change, names="value")
+        self.examples.observe(self._on_example, names="value")
+        self.widget = widgets.VBox([self.examples, widgets.HBox([self.a_box, self.b_box]),
+                                    self.info, self.output])
+        self.result, self.message = None, ""
+        self.last_redraw_ms = float("nan")
+        self.update()
+
+    def _on_change(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
+    def _on_example(self, change) -> None:
+        if change["new"] in PRESETS:
+            a, b = PRESETS[change["new"]]
+            self.update(a=a, b=b)
+
+    def update(self, a: str | None = None, b: str | None = None) -> str:
+        """Redraw for the shapes typed in (or given here); returns the message shown."""
+        start = time.perf_counter()
+        self._quiet = True
+        try:
+            if a is not None:
+                self.a_box.value = a
+            if b is not None:
+                self.b_box.value = b
+        finally:
+            self._quiet = False
+        try:
+            shape_a = parse_shape(self.a_box.value)
+            shape_b = parse_shape(self.b_box.value)
+        except ValueError as error:
+            self.result, self.message = None, str(error)
+            self.info.value = _html_note(self.message, ok=False)
+            return self.message                        # keep the last diagram on a half-typed shape
+        try:
+            self.result = broadcast_shape(shape_a, shape_b)
+            self.message = f"a + b has shape {self.result}"
+        except ValueError as error:
+            self.result, self.message = None, str(error)
+        self.info.value = (f"<pre style='margin:0;line-height:1.3'>"
+                           f"{html.escape(alignment_table(shape_a, shape_b))}</pre>"
+                           + _html_note(self.message, ok=self.result is not None))
+        self.diagram.draw(shape_a, shape_b)
+        self._show()
+        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+        return self.message
+
+    def png(self) -> bytes:
+        buffer = io.BytesIO()
+        self.fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast to encode
+        return buffer.getvalue()
+
+    def _show(self) -> None:
+        from IPython.display import Image, clear_output, display
+        with self.output:
+            clear_output(wait=True)
+            display(Image(data=self.png(), format="png"))
+
+
+def _html_note(text: str, ok: bool) -> str:
+    colour = "#1e7e34" if ok else "#b3261e"
+    mark = "&#10003;" if ok else "&#10007;"
+    return f"<div style='color:{colour};font-family:monospace'>{mark} {html.escape(text)}</div>"
+
+
+def broadcast_explorer(a: str = "3, 1", b: str = "4") -> BroadcastExplorer:
+    """Build the explorer; display `.widget` in the notebook."""
+    return BroadcastExplorer(a, b)

@@ -1,0 +1,270 @@
+"""Plots and the tokenizer explorer of notebook 02 (sentences -> a padded (B, L) batch).
+
+The batch is drawn as a grid: one row per sentence (the B axis), one column per
+position (the L axis); each cell shows its token and its id, coloured by kind
+(word, <bos>/<eos>, <unk>, <pad>). The grid is one image plus a fixed pool of
+text artists, so a redraw changes data and strings but creates no new artists.
+"""
+from __future__ import annotations
+
+import html
+import io
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.collections import LineCollection
+from matplotlib.colors import ListedColormap
+
+from ..tokenization import BOS, EOS, PAD, UNK, encode, invert_vocab, pad_batch, tokenize
+
+KINDS = ("word", "bos/eos", "<unk>", "<pad>")
+COLOURS = ("#cfe2f3", "#d9ead3", "#f4b6b6", "#e6e6e6")
+TEXT_COLOURS = ("#1a1a1a", "#1a1a1a", "#7a0000", "#9a9a9a")
+MAX_TOKENS = 14                 # longest typed sentence the grid shows (L <= 16 with <bos>/<eos>)
+MAX_COLS = MAX_TOKENS + 2
+MAX_ROWS = 4
+
+
+def cell_kind(token: str) -> int:
+    """Index into KINDS for one token of the padded batch."""
+    if token == PAD:
+        return 3
+    if token == UNK:
+        return 2
+    if token in (BOS, EOS):
+        return 1
+    return 0
+
+
+class BatchGrid:
+    """A (B, L) batch drawn on `ax` as labelled cells; `draw(batch, vocab, ...)` redraws in place."""
+
+    def __init__(self, ax, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS, legend: bool = True):
+        self.ax, self.max_rows, self.max_cols = ax, max_rows, max_cols
+        self.image = ax.imshow(np.zeros((1, 1)), cmap=ListedColormap(COLOURS), vmin=-0.5,
+                               vmax=len(KINDS) - 0.5, interpolation="nearest", aspect="auto")
+        self.borders = LineCollection([], colors="white", linewidths=3)
+        ax.add_collection(self.borders)
+        self.cells = [[ax.text(c, r, "", ha="center", va="center", fontsize=9, linespacing=1.5)
+                       for c in range(max_cols)] for r in range(max_rows)]
+        ax.set_xticks(range(max_cols), labels=[str(c) for c in range(max_cols)])
+        ax.xaxis.tick_top()
+        ax.xaxis.set_label_position("top")
+        ax.tick_params(length=0)
+        ax.set_xlabel("position  (axis 1, L)")
+        ax.set_ylabel("sentence  (axis 0, B)")
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        if legend:
+            handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS]
+            ax.legend(handles, KINDS, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=4,
+                      frameon=False, fontsize=9)
+
+    def draw(self, batch, vocab: dict, row_labels=None, unknown_rows=()) -> None:
+        """batch: (B, L) ids. Cells of rows in `unknown_rows` whose token became <unk> are red."""
+        ids = np.asarray(batch.tolist() if hasattr(batch, "tolist") else batch)
+        rows, cols = ids.shape
+        if rows > self.max_rows or cols > self.max_cols:
+            raise ValueError(f"batch: the grid draws at most ({self.max_rows}, {self.max_cols}), "
+                             f"got {ids.shape}")
+        id_to_token = invert_vocab(vocab)
+        tokens = [[id_to_token.get(int(i), "?") for i in row] for row in ids]
+        kinds = np.array([[cell_kind(t) for t in row] for row in tokens])
+        self.image.set_data(kinds)
+        self.image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
+        self.ax.set_xlim(-0.5, cols - 0.5)
+        self.ax.set_ylim(rows - 0.5, -0.5)
+        lines = [[(c - 0.5, -0.5), (c - 0.5, rows - 0.5)] for c in range(1, cols)]
+        lines += [[(-0.5, r - 0.5), (cols - 0.5, r - 0.5)] for r in range(1, rows)]
+        self.borders.set_segments(lines)
+        for r in range(self.max_rows):
+            for c in range(self.max_cols):
+                text = self.cells[r][c]
+                if r < rows and c < cols:
+                    kind = kinds[r, c]
+                    text.set_text(f"{tokens[r][c]}\n{ids[r, c]}")
+                    text.set_color(TEXT_COLOURS[kind])
+                    text.set_fontweight("bold" if r in unknown_rows and kind == 2 else "normal")
+                    text.set_visible(True)
+                else:
+                    text.set_visible(False)
+        labels = row_labels if row_labels is not None else [str(r) for r in range(rows)]
+        self.ax.set_yticks(range(rows), labels=labels)
+
+
+def plot_batch(batch, vocab: dict, title: str | None = None, row_labels=None, figsize=(9, 2.8)):
+    """Static figure: the padded (B, L) batch as a grid of tokens and ids."""
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    BatchGrid(ax, max_rows=batch.shape[0], max_cols=batch.shape[1]).draw(batch, vocab, row_labels)
+    ax.set_title(title if title is not None else
+                 f"the padded batch: shape (B, L) = {tuple(batch.shape)}, dtype {batch.dtype}",
+                 fontsize=11)
+    return fig
+
+
+# ---- the widget -------------------------------------------------------------------------------
+
+def typed_batch(sentences, vocab: dict, typed: str):
+    """The running example plus the typed sentence as a last row -> (B + 1, L) ids and its tokens.
+
+    Returns (batch, tokens, ids, message): the typed sentence is cut to MAX_TOKENS tokens,
+    and `message` says so (or that nothing was typed), else it is "".
+    """
+    tokens = tokenize(typed)
+    message = ""
+    if not tokens:
+        message = "type a sentence: an empty one is just <bos> <eos>"
+    if len(tokens) > MAX_TOKENS:
+        message = f"only the first {MAX_TOKENS} tokens are shown (the grid has room for {MAX_COLS} positions)"
+        tokens = tokens[:MAX_TOKENS]
+    kept = " ".join(tokens)
+    id_lists = [encode(s, vocab, add_bos=True, add_eos=True) for s in list(sentences) + [kept]]
+    batch = pad_batch(id_lists, vocab[PAD])
+    return batch, tokens, id_lists[-1], message
+
+
+_KEY = "<b>colours</b>: " + " ".join(
+    f"<span style='background:{c};padding:1px 5px;border-radius:3px;font-family:monospace'>"
+    f"{html.escape(k)}</span>" for k, c in zip(KINDS, COLOURS)) + "<br>"
+
+
+def _chips(tokens, vocab) -> str:
+    parts = []
+    for token in tokens:
+        known = token in vocab
+        style = ("background:#cfe2f3" if known else "background:#f4b6b6;color:#7a0000;font-weight:bold")
+        parts.append(f"<span style='{style};padding:1px 5px;margin:1px;border-radius:3px;"
+                     f"font-family:monospace'>{html.escape(token)}</span>")
+    return " ".join(parts) if parts else "<i>(none)</i>"
+
+
+class TokenizerExplorer:
+    """A text box -> the sentence's tokens, its ids (unknown words in red) and the padded batch
+    with the typed sentence added as the last row.
+
+    `update(sentence="...")` is the redraw callback (also used headlessly); `widget` is what
+    the notebook displays; `last_redraw_ms` times the last redraw; `batch` is the last
+    (B + 1, L) batch drawn and `message` the last warning ("" when there is none).
+    """
+
+    def __init__(self, sentences, vocab: dict, sentence: str = "my cat loves attention"):
+        import ipywidgets as widgets
+        from matplotlib.figure import Figure
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        self.sentences, self.vocab = list(sentences), vocab
+        self.fig = Figure(figsize=(10, 3.2), dpi=80)
+        self.canvas = FigureCanvasAgg(self.fig)
+        self.fig.subplots_adjust(left=0.07, right=0.99, top=0.78, bottom=0.03)
+        self.ax = self.fig.add_subplot()
+        self.grid = BatchGrid(self.ax, max_rows=len(self.sentences) + 1, max_cols=MAX_COLS, legend=False)
+        self.title = self.fig.text(0.5, 0.97, "", fontsize=11, ha="center", va="top")  # fixed place: cheap
+        # The typed row gets its own image on top of the grid's, so that a keystroke redraws
+        # only that row (and the title) over a background of the unchanged rows.
+        self.typed_row = self.ax.imshow(np.zeros((1, 1)), cmap=self.grid.image.get_cmap(), vmin=-0.5,
+                                        vmax=len(KINDS) - 0.5, interpolation="nearest", aspect="auto")
+        self.moving = [self.typed_row, self.grid.borders, *self.grid.cells[len(self.sentences)], self.title]
+        self._background, self._background_shape = None, None
+        self.text = widgets.Text(value=sentence, description="sentence", continuous_update=True,
+                                 layout=widgets.Layout(width="520px"))
+        self.info = widgets.HTML()
+        self.output = widgets.Output(layout=widgets.Layout(height="270px"))
+        self._quiet = False
+        self.text.observe(self._on_change, names="value")
+        self.widget = widgets.VBox([self.text, self.info, self.output])
+        self.batch, self.message = None, ""
+        self.last_redraw_ms = float("nan")
+        self.update()
+
+    def _on_change(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
+    def update(self, sentence: str | None = None) -> str:
+        """Redraw for the typed sentence (or the one given here); returns the warning shown."""
+        start = time.perf_counter()
+        if sentence is not None:
+            self._quiet = True
+            try:
+                self.text.value = sentence
+            finally:
+                self._quiet = False
+        self.batch, tokens, ids, self.message = typed_batch(self.sentences, self.vocab, self.text.value)
+        unknown = [t for t in tokens if t not in self.vocab]
+        notes = []
+        if unknown:
+            notes.append(f"not in the vocabulary, so encoded as {html.escape(UNK)} (id {self.vocab[UNK]}): "
+                         + ", ".join(html.escape(repr(t)) for t in unknown))
+        if self.message:
+            notes.append(html.escape(self.message))
+        self.info.value = (
+            "<div style='line-height:1.8'>"
+            f"<b>tokens</b> ({len(tokens)}): {_chips(tokens, self.vocab)}<br>"
+            f"<b>ids</b> with {html.escape(BOS)}/{html.escape(EOS)}: <code>{ids}</code><br>"
+            + "".join(f"<span style='color:#b3261e'>{note}</span><br>" for note in notes)
+            + _KEY + "</div>")
+        rows = [str(r) for r in range(len(self.sentences))] + ["typed"]
+        self.grid.draw(self.batch, self.vocab, row_labels=rows, unknown_rows=(len(self.sentences),))
+        typed, length = len(self.sentences), self.batch.shape[1]
+        self.typed_row.set_data(self.grid.image.get_array()[typed: typed + 1])
+        self.typed_row.set_extent((-0.5, length - 0.5, typed + 0.5, typed - 0.5))
+        if self._background_shape != tuple(self.batch.shape):
+            self._background = None                  # a new length L moves every row
+        self.title.set_text(f"batch with your sentence as row {len(self.sentences)}: "
+                            f"(B, L) = {tuple(self.batch.shape)}, dtype {self.batch.dtype}")
+        self._show()
+        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+        return self.message
+
+    def png(self) -> bytes:
+        """The current figure as PNG bytes.
+
+        While L stays the same, a keystroke changes only the typed row and the title: the
+        other rows, their texts and the ticks (most of the drawing time) are drawn once and
+        kept as a background image.
+        """
+        from PIL import Image
+
+        if self._background is None:
+            shown = [artist.get_visible() for artist in self.moving]
+            for artist in self.moving:
+                artist.set_visible(False)
+            self.canvas.draw()
+            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+            self._background_shape = tuple(self.batch.shape)
+            for artist, visible in zip(self.moving, shown):
+                artist.set_visible(visible)
+        else:
+            self.canvas.restore_region(self._background)
+        for artist in self.moving:
+            self.fig.draw_artist(artist)
+        width, height = self.canvas.get_width_height(physical=True)
+        buffer = io.BytesIO()
+        Image.frombuffer("RGBA", (width, height), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).save(
+            buffer, format="png", compress_level=1)
+        return buffer.getvalue()
+
+    def _show(self) -> None:
+        from IPython.display import Image, clear_output, display
+        with self.output:
+            clear_output(wait=True)
+            display(Image(data=self.png(), format="png"))
+
+
+def tokenizer_explorer(sentences, vocab: dict, sentence: str = "my cat loves attention") -> TokenizerExplorer:
+    """Build the explorer; display `.widget` in the notebook."""
+    return TokenizerExplorer(sentences, vocab, sentence)
+
+
+def plot_typed_batch(sentences, vocab: dict, sentence: str = "my cat loves attention", figsize=(10, 3.2)):
+    """Static figure of the explorer's picture for one typed sentence."""
+    batch, _, _, _ = typed_batch(sentences, vocab, sentence)
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    rows = [str(r) for r in range(len(sentences))] + ["typed"]
+    BatchGrid(ax, max_rows=batch.shape[0], max_cols=batch.shape[1]).draw(
+        batch, vocab, row_labels=rows, unknown_rows=(len(sentences),))
+    ax.set_title(f"batch with {sentence!r} as row {len(sentences)}: (B, L) = {tuple(batch.shape)}",
+                 fontsize=11)
+    return fig

@@ -1,0 +1,317 @@
+"""How fast the course itself runs: each notebook headless, notebook 10's training, and the
+redraw of each notebook's main widget.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import math
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .timing import Measured
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+NOTEBOOK_TARGET_S = 10.0        # the team's budget per notebook on 2 cores ...
+TRAINING_NOTEBOOK_TARGET_S = 45.0   # ... and for 10_training
+COURSE_TARGET_S = 60.0
+REDRAW_TARGET_S = 0.100
+#: The call of notebook 10: train(config, task="reverse", steps=400, batch_size=64, lr=3e-3, seed=0)
+NOTEBOOK_10_TRAINING = dict(task="reverse", steps=400, batch_size=64, lr=3e-3, seed=0)
+SENTENCES = ["the cat sat on the mat", "i love nlp", "attention is all you need"]
+
+
+# ---- notebooks ------------------------------------------------------------------------------
+
+def course_notebooks() -> list[Path]:
+    """The course's notebooks as they are now (NN_topic.ipynb, in order)."""
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def _cell_seconds(nb) -> float:
+    """Sum of the cells' own execution times, from the timestamps nbclient records."""
+    total = 0.0
+    for cell in nb.cells:
+        stamps = cell.get("metadata", {}).get("execution", {})
+        start, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+        if start and end:
+            total += (_parse_time(end) - _parse_time(start)).total_seconds()
+    return total
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def execute_notebook(path: Path, timeout: int = 300) -> dict:
+    """Run one notebook headless as `jupyter execute` does (nbclient, a fresh kernel), on a
+    copy in a temporary folder so the repository's notebook is never rewritten.
+
+    -> {"name", "seconds" (kernel start to shutdown), "cells_s" (sum of cell times), "error"}.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    with tempfile.TemporaryDirectory(prefix="bench-nb-") as folder:
+        copy = Path(folder) / path.name
+        shutil.copyfile(path, copy)
+        nb = nbformat.read(copy, as_version=4)
+        client = NotebookClient(nb, timeout=timeout, record_timing=True,
+                                resources={"metadata": {"path": folder}})
+        error = ""
+        start = time.perf_counter()
+        try:
+            client.execute()
+        except CellExecutionError as exc:          # report it; the timing still means something
+            error = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else "error"
+        seconds = time.perf_counter() - start
+    return {"name": path.stem, "seconds": seconds, "cells_s": _cell_seconds(nb), "error": error}
+
+
+def notebooks(paths=None) -> list[Measured]:
+    """Execute each notebook in turn; the last row is the whole course's total."""
+    paths = course_notebooks() if paths is None else [Path(p) for p in paths]
+    rows, cells_total = [], 0.0
+    for path in paths:
+        run = execute_notebook(path)
+        cells_total += run["cells_s"]
+        target = TRAINING_NOTEBOOK_TARGET_S if "training" in path.stem else NOTEBOOK_TARGET_S
+        note = f"cells {run['cells_s']:.1f} s, kernel start/stop {run['seconds'] - run['cells_s']:.1f} s"
+        if run["error"]:
+            note += f"; FAILED: {run['error']}"
+        rows.append(Measured("notebook", run["name"], run["seconds"], target, note))
+    if rows:
+        total = sum(r.seconds for r in rows)
+        rows.append(Measured("notebook", f"whole course ({len(rows)} notebooks)", total,
+                             COURSE_TARGET_S, f"cells {cells_total:.1f} s"))
+    return rows
+
+
+# ---- notebook 10: training to 99 % exact match ----------------------------------------------
+
+def training(target: float = 0.99, eval_every: int = 10, **train_kwargs) -> tuple[list[Measured], dict]:
+    """tfmlib.training.train with a held-out evaluation every `eval_every` steps.
+
+    Evaluation (greedy decoding of the held-out set) is not training, so its time
+    is measured and left out: tfmlib.training.exact_match is wrapped, for this run
+    only, by a function that notes when it was called and how long it took.
+    -> rows, and {"params", "config", "history", ...} for the notebook-10 widget.
+    """
+    from tfmlib import training as tr
+
+    original = tr.exact_match
+    evals = []                                     # (called at, seconds, exact match)
+
+    def timed_exact_match(*args, **kwargs):
+        start = time.perf_counter()
+        value = original(*args, **kwargs)
+        evals.append((start, time.perf_counter() - start, value))
+        return value
+
+    tr.exact_match = timed_exact_match
+    try:
+        start = time.perf_counter()
+        params, history = tr.train(eval_every=eval_every, **train_kwargs)
+        total = time.perf_counter() - start
+    finally:
+        tr.exact_match = original
+    eval_total = sum(e[1] for e in evals)
+    steps = len(history["step"])
+    hit = next((i for i, e in enumerate(evals) if e[2] >= target), None)
+    settings = ", ".join(f"{k}={v}" for k, v in train_kwargs.items()) or "train() defaults"
+    rows = []
+    if hit is None:
+        best = max(history["exact_match"], default=float("nan"))
+        rows.append(Measured("training", f"to {target:.0%} exact match", float("nan"), None,
+                             f"not reached in {steps} steps (best {best:.3f}); {settings}"))
+    else:
+        step = history["eval_step"][hit]
+        seconds = evals[hit][0] - start - sum(e[1] for e in evals[:hit])
+        rows.append(Measured("training", f"to {target:.0%} exact match", seconds, None,
+                             f"first reached at step {step} of {steps} (checked every "
+                             f"{eval_every}); {settings}"))
+    rows.append(Measured("training", f"all {steps} steps", total - eval_total, None,
+                         f"{1000 * (total - eval_total) / steps:.1f} ms a step, evaluation "
+                         f"({len(evals)} x, {eval_total:.1f} s) left out; final exact match "
+                         f"{history['exact_match'][-1]:.3f}"))
+    config = train_kwargs.get("config", tr.ModelConfig())
+    return rows, {"params": params, "config": config, "history": history}
+
+
+# ---- widget redraws -------------------------------------------------------------------------
+
+def _running_example(d_model: int = 16, seed: int = 0, scale: bool = False):
+    """The notebooks' running example: ids (3, 8), vocab, tokens, x (3, 8, d_model)."""
+    import tfmlib as T
+
+    vocab = T.build_vocab(SENTENCES)
+    ids = T.encode_batch(SENTENCES, vocab, add_bos=True, add_eos=True)
+    table = torch.randn(len(vocab), d_model, generator=torch.Generator().manual_seed(seed))
+    if scale:
+        table = table / math.sqrt(d_model)
+    x = T.add_positional_encoding(T.embed(ids, table),
+                                  T.sinusoidal_positional_encoding(ids.size(1), d_model))
+    id_to_token = T.invert_vocab(vocab)
+    tokens = [[id_to_token[i] for i in row] for row in ids.tolist()]
+    return ids, vocab, tokens, x
+
+
+def _widget_01():
+    from tfmlib.viz.shapes import broadcast_explorer
+    return broadcast_explorer(a="3, 1", b="4"), [
+        {"a": "2, 3, 4", "b": "3, 4"}, {"b": "2, 3"}, {"a": "3, 1", "b": "4"}]
+
+
+def _widget_02():
+    import tfmlib as T
+    from tfmlib.viz.tokenization import tokenizer_explorer
+    vocab = T.build_vocab(SENTENCES)
+    return tokenizer_explorer(SENTENCES, vocab, sentence="my cat loves attention"), [
+        {"sentence": "i love the cat and the mat and the hat"}, {"sentence": "the cat"},
+        {"sentence": "my cat loves attention"}]
+
+
+def _widget_03():
+    from tfmlib.viz.embeddings import positional_encoding_explorer
+    return positional_encoding_explorer(d_model=16, max_len=50, pos_i=10, pos_j=14), [
+        {"d_model": 32}, {"pos_i": 20}, {"max_len": 80}, {"pos_j": 40},
+        {"d_model": 16, "max_len": 50, "pos_i": 10, "pos_j": 14}]
+
+
+def _widget_04():
+    from tfmlib.viz.masks import mask_explorer
+    return mask_explorer([8, 5, 7], seq_len=8, causal=True), [
+        {"lengths": [3, 2, 1]}, {"causal": False}, {"lengths": [8, 5, 7], "causal": True}]
+
+
+def _widget_05():
+    import tfmlib as T
+    from tfmlib.viz.attention import saturation_explorer, saturation_sweep
+    ids, vocab, tokens, x = _running_example()
+    h = T.layer_norm(x, **T.init_norm_params(16))
+    mask = T.padding_mask(ids, vocab[T.PAD])[:, 0]
+    sweep = saturation_sweep(h, mask)
+    return saturation_explorer(sweep, tokens[0], d_k=16, scaled=True), [
+        {"d_k": 256}, {"scaled": False}, {"d_k": 16, "scaled": True}]
+
+
+def _widget_06():
+    from tfmlib.viz import multihead as mh_viz
+    ids, vocab, _, _ = _running_example()
+    return mh_viz.heads_explorer(ids, vocab, sample=0, heads=4, d_k=4), [
+        {"heads": 8}, {"d_k": 16}, {"heads": 4, "d_k": 4}]
+
+
+def _widget_07():
+    import tfmlib as T
+    from tfmlib.viz import sublayers as sl_viz
+    _, _, _, x = _running_example(scale=True)
+    ffn_params = T.init_ffn_params(16, 64, generator=torch.Generator().manual_seed(1))
+    norm = T.init_norm_params(16)
+    return sl_viz.block_explorer(x, lambda h: T.feed_forward(h, ffn_params), norm, p=0.1,
+                                 norm_first=False), [
+        {"p": 0.5}, {"norm_first": True}, {"p": 0.1, "norm_first": False}]
+
+
+def _widget_08():
+    import tfmlib as T
+    from tfmlib.viz import encoder_decoder as ed_viz
+    ids, vocab, _, x = _running_example(scale=True)
+    targets = ["die katze sass auf der matte", "ich liebe nlp",
+               "aufmerksamkeit ist alles was man braucht"]
+    tgt_vocab = T.build_vocab(targets)
+    tgt_ids = T.encode_batch(targets, tgt_vocab, add_bos=True)
+    table = torch.randn(len(tgt_vocab), 16, generator=torch.Generator().manual_seed(1)) / 4
+    y = T.add_positional_encoding(T.embed(tgt_ids, table),
+                                  T.sinusoidal_positional_encoding(tgt_ids.size(1), 16))
+    stack = ed_viz.StackAttention(
+        x, T.padding_mask(ids, vocab[T.PAD]), y, T.target_mask(tgt_ids, tgt_vocab[T.PAD]),
+        encoder_layers=[T.init_encoder_layer_params(16, 64, torch.Generator().manual_seed(30 + i))
+                        for i in range(4)],
+        decoder_layers=[T.init_decoder_layer_params(16, 64, torch.Generator().manual_seed(40 + i))
+                        for i in range(4)],
+        sample_names=SENTENCES)
+    # Each control set here redraws once (as one click would), so change one at a time.
+    return ed_viz.StackAttentionExplorer(stack, num_layers=2, num_heads=4), [
+        {"layers": 4}, {"heads": 8}, {"kind": "decoder cross-attention"}, {"sample": 1},
+        {"layers": 2}, {"heads": 4}, {"kind": "encoder self-attention"}, {"sample": 0}]
+
+
+def _widget_09():
+    from tfmlib.viz.adam import OptimizerPathExplorer
+    return OptimizerPathExplorer(lr=0.1, beta1=0.9, beta2=0.999), [
+        {"lr": 0.3}, {"beta1": 0.5}, {"beta2": 0.9}, {"lr": 0.1}, {"beta1": 0.9}, {"beta2": 0.999}]
+
+
+def _widget_10(trained=None):
+    from tfmlib import training as tr
+    from tfmlib.viz.training import ReverseExplorer
+    if trained is None:               # no training run in this benchmark: untrained weights
+        config = tr.ModelConfig()
+        params = tr.init_model(config, torch.Generator().manual_seed(0))
+    else:
+        params, config = trained["params"], trained["config"]
+    held_src, _ = tr.make_batch("reverse", 6, 3, 8, held_out=True,       # as notebook 10 does
+                                generator=torch.Generator().manual_seed(7))
+    examples = [tr.decode(s, tr.VOCAB) for s in held_src]
+    return ReverseExplorer(params, config, examples), [
+        {"text": examples[1]}, {"head": "1"}, {"text": examples[2]}, {"head": "mean"},
+        {"text": examples[0]}]
+
+
+WIDGETS = {"01_shapes": _widget_01, "02_tokenization": _widget_02, "03_embeddings": _widget_03,
+           "04_masks": _widget_04, "05_attention": _widget_05, "06_multihead": _widget_06,
+           "07_sublayers": _widget_07, "08_encoder_decoder": _widget_08, "09_adam": _widget_09,
+           "10_training": _widget_10}
+
+
+def widgets(repeats: int = 24, names=None, trained=None) -> list[Measured]:
+    """Build each notebook's main widget, then call its update callback `repeats` times,
+    cycling through changed values (each call is one redraw, PNG frame included).
+
+    Outside a kernel, the widgets' `display(...)` into their Output area prints a repr
+    to stdout; that is swallowed here. What is not measured: sending the PNG to the
+    browser (a comm message) and the browser painting it.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = []
+    for name in (names or WIDGETS):
+        build = WIDGETS[name]
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                explorer, changes = build(trained) if name == "10_training" else build()
+            except ImportError as exc:            # a viz module not written yet
+                rows.append(Measured("widget redraw", name, float("nan"), REDRAW_TARGET_S,
+                                     f"not measured: {exc}"))
+                continue
+            per_change = [[] for _ in changes]
+            for i in range(max(repeats, len(changes))):
+                change = changes[i % len(changes)]
+                start = time.perf_counter()
+                explorer.update(**change)
+                per_change[i % len(changes)].append(time.perf_counter() - start)
+        plt.close("all")
+        samples = [t for times in per_change for t in times]
+        medians = [statistics.median(times) for times in per_change]
+        slowest = changes[medians.index(max(medians))]
+        rows.append(Measured(
+            "widget redraw", f"{name}: {type(explorer).__name__}.update", statistics.median(samples),
+            REDRAW_TARGET_S,
+            f"{len(samples)} redraws; slowest single {1000 * max(samples):.0f} ms; slowest change "
+            f"`{_kwargs(slowest)}` (median {1000 * max(medians):.0f} ms)"))
+    return rows
+
+
+def _kwargs(change: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in change.items())

@@ -266,7 +266,7 @@ step with `torch._foreach_*` calls would win the same time and lose the formula.
 of that is drawing text: tick labels, titles and per-cell labels are laid out and rasterised glyph
 by glyph on every `savefig`. Widgets that draw their axes, labels and titles once and afterwards
 only paint the changing artists over that saved background (blitting, as
-`tfmlib.viz.masks.BlitPNG` does) stay far under 100 ms; a widget that re-renders a whole figure
+`tfmlib.viz.common.Frames` does) stay far under 100 ms; a widget that re-renders a whole figure
 full of text on each change pays for all of it every time, and its slowest change (see the notes
 column) is usually the one that changes the axes' layout. The fix for a slow widget is in
 `tfmlib/viz` (blit, cache one background per layout), never in the math.

@@ -73,6 +73,24 @@ def test_broadcast_explorer_examples_menu_fills_the_boxes():
     assert explorer.result is None          # (B, L, D) - (B, L) does not broadcast
 
 
+def test_broadcast_explorer_menu_shows_the_example_on_screen():
+    explorer = viz_shapes.broadcast_explorer(a="3, 1", b="4")
+    first = list(viz_shapes.PRESETS)[0]
+    assert viz_shapes.PRESETS[first] == ("3, 1", "4")
+    assert explorer.examples.value == first           # the starting picture is the first example
+    shown = explorer.png()
+    for label in list(viz_shapes.PRESETS)[::-1]:      # as the browser test picks: last first
+        if label == explorer.examples.value:
+            continue
+        explorer.examples.value = label
+        assert explorer.png() != shown                # every other entry changes the picture
+        shown = explorer.png()
+    explorer.update(a="5, 1", b="1, 6")               # shapes of one's own: no entry selected
+    assert explorer.examples.value is None
+    explorer.update(a="(2, 3, 4)", b="4")             # typed as an example's shapes: it is shown
+    assert viz_shapes.PRESETS[explorer.examples.value] == ("2, 3, 4", "4")
+
+
 def test_broadcast_diagram_marks_repeated_cells():
     source, stored = viz_shapes.operand_cells((3, 1), (3, 4))
     assert source.tolist() == [[0] * 4, [1] * 4, [2] * 4]

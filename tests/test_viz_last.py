@@ -140,8 +140,8 @@ def test_predict_with_attention_shapes(tiny_model):
     assert torch.allclose(cross.sum(-1), torch.ones(config.num_heads, len(output)))
 
 
-@pytest.mark.parametrize("change", [dict(text="9 8 7 6 5 4 3"), dict(head="2"),
-                                    dict(text="1 2 3", head="1")])
+@pytest.mark.parametrize("change", [dict(text="9 8 7 6 5 4 3"), dict(head="1"),
+                                    dict(text="1 2 3", head="0")])
 def test_reverse_widget_redraws(tiny_model, change):
     params, config = tiny_model
     explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5", "2 7 1 8"])
@@ -159,6 +159,24 @@ def test_reverse_widget_example_dropdown_sets_the_text(tiny_model):
     explorer.example.value = "2 7 1 8"
     assert explorer.text.value == "2 7 1 8"
     assert _changed(before, _snapshot(explorer.image))
+
+
+def test_reverse_widget_menu_shows_the_example_on_screen(tiny_model):
+    params, config = tiny_model
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5", "2 7 1 8"])
+    assert explorer.example.value == "3 1 4 1 5" == explorer.text.value
+    explorer.update(text="9 9 1")                      # digits of one's own: no entry selected
+    assert explorer.example.value is None
+    before = explorer.png()
+    explorer.example.value = "3 1 4 1 5"               # so the first entry redraws too
+    assert explorer.text.value == "3 1 4 1 5" and explorer.png() != before
+
+
+def test_reverse_widget_head_buttons_are_wide_enough_for_mean(tiny_model):
+    params, config = tiny_model
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5"])
+    assert explorer.head.options[0] == "mean"
+    assert int(explorer.head.style.button_width.removesuffix("px")) >= 64
 
 
 def test_reverse_widget_reports_bad_input_and_keeps_the_plot(tiny_model):

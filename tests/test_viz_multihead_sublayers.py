@@ -4,6 +4,8 @@ Each test builds the widget without a browser or kernel, calls its redraw
 callback with values other than the defaults, and checks that the data behind
 the plot changed (and that it is the data the notebook's own code computes).
 """
+import math
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -55,11 +57,26 @@ def block(block_explorer):
 def test_heads_explorer_default_is_the_notebook_computation(example, heads):
     ids, vocab = example
     heads.update(heads=4, d_k=4)
-    x = mh_viz.running_example_input(ids, len(vocab), 16)
-    params = T.init_mha_params(16, generator=torch.Generator().manual_seed(1))
+    # Notebook 06's own cells: the running example's table, then seeded projections.
+    d_model = 16
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(len(vocab), d_model, generator=g) / math.sqrt(d_model)
+    x = T.add_positional_encoding(T.embed(ids, table),
+                                  T.sinusoidal_positional_encoding(ids.size(1), d_model))
+    torch.testing.assert_close(mh_viz.running_example_input(ids, len(vocab), d_model), x)
+    params = T.init_mha_params(d_model, generator=torch.Generator().manual_seed(1))
     _, weights = T.multi_head_attention(x, x, x, params, 4, T.padding_mask(ids, vocab["<pad>"]))
     torch.testing.assert_close(heads.weights, weights[0])
     assert heads.grid.image.get_array().shape == (2 * 8 + 2, 2 * 8 + 1)  # 2 x 2 tiles
+
+
+def test_heads_explorer_titles_every_tile(heads):
+    heads.update(heads=8, d_k=2)
+    labels = [label.get_text() for label in heads.grid.head_labels if label.get_visible()]
+    assert labels == [f"head {h}" for h in range(8)]
+    # The gaps between tiles (where the titles of the second row stand) are transparent,
+    # so painting the image over the cached titles does not hide them.
+    assert heads.grid.image.get_cmap().get_bad()[3] == 0
 
 
 def test_heads_explorer_update_changes_the_image(heads):

@@ -5,17 +5,15 @@ The paths are computed with tfmlib's own `sgd_step` and `adam_step` on a
 """
 from __future__ import annotations
 
-import io
 import time
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from PIL import Image
 
 from ..adam import adam_init, adam_step, sgd_step, zero_grad
+from .common import Explorer
 
 START = (-4.0, 1.5)
 STEPS = 100
@@ -64,7 +62,7 @@ def _draw_surface(ax):
     ax.set_ylabel("y  (steep direction)")
 
 
-def _build(fig):
+def _new_axes(fig):
     surface, losses = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
     _draw_surface(surface)
     sgd_line, = surface.plot([], [], ".-", color="tab:orange", markersize=3, linewidth=1,
@@ -99,14 +97,17 @@ def _set(surface, lines, lr, beta1, beta2):
 def plot_optimizer_paths(lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.999):
     """Static figure: SGD and Adam paths on `bowl`, and their losses."""
     fig = plt.figure(figsize=(10, 3.6))
-    surface, lines = _build(fig)
+    surface, lines = _new_axes(fig)
     _set(surface, lines, lr, beta1, beta2)
     return fig
 
 
-class OptimizerPathExplorer:
-    """Sliders for lr, beta1, beta2; `.update(lr=..., beta1=..., beta2=...)` redraws from code.
-    `.lines` are (SGD path, Adam path, SGD loss, Adam loss) artists."""
+class OptimizerPathExplorer(Explorer):
+    """Sliders for lr, beta1, beta2 -> the SGD and Adam paths on `bowl` and their losses.
+
+    `update(lr=..., beta1=..., beta2=...)` redraws (see `Explorer`); `lines` are the
+    (SGD path, Adam path, SGD loss, Adam loss) artists.
+    """
 
     def __init__(self, lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.999):
         import ipywidgets as widgets
@@ -118,40 +119,20 @@ class OptimizerPathExplorer:
                                          description="beta1", continuous_update=False)
         self.beta2 = widgets.SelectionSlider(options=list(BETA2_CHOICES), value=beta2,
                                              description="beta2", continuous_update=False)
-        self.figure = Figure(figsize=(10, 3.6), dpi=80)
-        self.surface, self.lines = _build(self.figure)
-        # Blitting: draw the static parts (contours, axes, ticks) once and keep the pixels;
-        # a redraw pastes them back and draws only the four lines and the title on top.
-        self._canvas = FigureCanvasAgg(self.figure)
-        self._dynamic = (*self.lines, self.surface.title)
-        for artist in self._dynamic:
-            artist.set_animated(True)
-        self._canvas.draw()
-        self._background = self._canvas.copy_from_bbox(self.figure.bbox)
-        self.picture = widgets.Image(format="png", layout=widgets.Layout(height="290px"))
-        self.redraw_seconds = 0.0
-        for control in (self.lr, self.beta1, self.beta2):
-            control.observe(lambda change: self.redraw(), names="value")
-        self.widget = widgets.VBox([widgets.HBox([self.lr, self.beta1, self.beta2]), self.picture])
-        self.redraw()
+        fig = Figure(figsize=(10, 3.6))  # outside pyplot: the inline backend never shows it
+        self.surface, self.lines = _new_axes(fig)
+        controls = [self.lr, self.beta1, self.beta2]
+        # Contours, axes and ticks never change (the background); the four lines and the
+        # title move.
+        self._build(fig, [*self.lines, self.surface.title], controls, [widgets.HBox(controls)])
+        self.update()
 
-    def update(self, lr=None, beta1=None, beta2=None):
-        for control, value in ((self.lr, lr), (self.beta1, beta1), (self.beta2, beta2)):
-            if value is not None:
-                control.value = value
-        return self
-
-    def redraw(self):
+    def update(self, lr=None, beta1=None, beta2=None) -> None:
+        """Redraw for the given values (None keeps the control's current value)."""
         start = time.perf_counter()
+        self._set_controls((self.lr, lr), (self.beta1, beta1), (self.beta2, beta2))
         _set(self.surface, self.lines, self.lr.value, self.beta1.value, self.beta2.value)
-        self._canvas.restore_region(self._background)
-        for artist in self._dynamic:
-            self.figure.draw_artist(artist)
-        pixels = Image.fromarray(np.asarray(self._canvas.buffer_rgba()))
-        buffer = io.BytesIO()
-        pixels.save(buffer, format="png", compress_level=1)
-        self.picture.value = buffer.getvalue()
-        self.redraw_seconds = time.perf_counter() - start
+        self._show(start)
 
 
 def plot_bias_correction(steps, m, m_hat, v, v_hat, gradient: float):

@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from .. import scaled_dot_product_attention
-from .common import heatmap
-from .masks import BlitPNG
+from .common import Explorer, heatmap, panel_row
 
 #: The d_k values offered by the explorer: powers of 2 from 2 to 512.
 D_K_CHOICES = tuple(2 ** i for i in range(1, 10))
@@ -30,9 +29,7 @@ def attention_heatmaps(weights: torch.Tensor, tokens, titles=None, suptitle: str
     if weights.dim() != 3:
         raise ValueError(f"weights: expected (B, Lq, Lk), got shape {tuple(weights.shape)}")
     batch = weights.size(0)
-    fig, axes = plt.subplots(1, batch, figsize=(panel_size * batch + 1.2, panel_size + 0.6),
-                             squeeze=False, layout="constrained")
-    axes = axes[0]
+    fig, axes = panel_row(batch, panel_size)
     titles = titles or [f"sample {b}" for b in range(batch)]
     image = None
     for b, ax in enumerate(axes):
@@ -153,7 +150,7 @@ class _SaturationPanels:
 
     def __init__(self, sweep: dict, tokens, sample: int):
         self.sweep, self.sample = sweep, sample
-        self.fig = plt.figure(figsize=(13, 4.2))
+        self.fig = plt.figure(figsize=(10.5, 4.0))
         grid = self.fig.add_gridspec(1, 3, width_ratios=(1.15, 1, 1), left=0.08, right=0.98,
                                      bottom=0.22, top=0.86, wspace=0.42)
         ax_map = self.fig.add_subplot(grid[0])
@@ -210,14 +207,12 @@ def saturation_figure(sweep: dict, tokens, d_k: int = 16, scaled: bool = True, s
     return panels.fig
 
 
-class SaturationExplorer:
+class SaturationExplorer(Explorer):
     """A d_k slider (powers of 2) and a scaling switch -> heatmap and saturation curves.
 
     Everything is computed once by `saturation_sweep`; a redraw only swaps the
-    heatmap's data and moves two markers. `update(d_k=..., scaled=...)` is the
-    redraw callback (also used headlessly); `widget` is what the notebook shows;
-    `weights` holds the current (B, L, L) weights; `last_redraw_ms` times the
-    last redraw, PNG frame included.
+    heatmap's data and moves two markers. `update(d_k=..., scaled=...)` redraws
+    (see `Explorer`); `weights` holds the current (B, L, L) weights.
     """
 
     def __init__(self, sweep: dict, tokens, sample: int = 0, d_k: int = 16, scaled: bool = True):
@@ -225,56 +220,28 @@ class SaturationExplorer:
 
         self.sweep = sweep
         self.panels = _SaturationPanels(sweep, tokens, sample)
-        self.fig = self.panels.fig
-        plt.close(self.fig)  # shown only through the Output below, never twice
-        self.frames = BlitPNG(self.fig, self.panels.changing_artists)
+        plt.close(self.panels.fig)  # shown only as the widget's PNG, never by the inline backend
         self.d_k_slider = widgets.SelectionSlider(options=list(sweep["d_k"]), value=d_k,
                                                   description="d_k",
                                                   layout=widgets.Layout(width="420px"))
         self.scaled_box = widgets.Checkbox(value=scaled, description="divide by sqrt(d_k)")
         self.caption = widgets.HTML()
-        self.output = widgets.Output(layout=widgets.Layout(height="350px"))
-        self._quiet = False
-        for control in (self.d_k_slider, self.scaled_box):
-            control.observe(self._on_change, names="value")
-        self.widget = widgets.VBox([widgets.HBox([self.d_k_slider, self.scaled_box]),
-                                    self.caption, self.output])
+        self._build(self.panels.fig, self.panels.changing_artists,
+                    [self.d_k_slider, self.scaled_box],
+                    [widgets.HBox([self.d_k_slider, self.scaled_box]), self.caption])
         self.weights = None
-        self.last_redraw_ms = float("nan")
         self.update()
-
-    def _on_change(self, _change) -> None:
-        if not self._quiet:
-            self.update()
 
     def update(self, d_k: int | None = None, scaled: bool | None = None) -> None:
         """Redraw for the given values (None keeps the control's value)."""
         start = time.perf_counter()
-        self._quiet = True  # moving the controls here must not trigger a second redraw
-        try:
-            if d_k is not None:
-                if d_k not in self.sweep["d_k"]:
-                    raise ValueError(f"d_k: expected one of {self.sweep['d_k']}, got {d_k!r}")
-                self.d_k_slider.value = d_k
-            if scaled is not None:
-                self.scaled_box.value = bool(scaled)
-        finally:
-            self._quiet = False
+        if d_k is not None and d_k not in self.sweep["d_k"]:
+            raise ValueError(f"d_k: expected one of {self.sweep['d_k']}, got {d_k!r}")
+        self._set_controls((self.d_k_slider, d_k), (self.scaled_box, scaled))
         d_k, scaled = self.d_k_slider.value, self.scaled_box.value
         self.weights = self.panels.draw(d_k, scaled)
         self.caption.value = f"<code>{html.escape(describe_setting(self.sweep, d_k, scaled))}</code>"
-        self._show()
-        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
-
-    def png(self) -> bytes:
-        """The current figure as PNG bytes."""
-        return self.frames.png()
-
-    def _show(self) -> None:
-        from IPython.display import Image, clear_output, display
-        with self.output:
-            clear_output(wait=True)
-            display(Image(data=self.png(), format="png"))
+        self._show(start)
 
 
 def saturation_explorer(sweep: dict, tokens, sample: int = 0, **kwargs) -> SaturationExplorer:

@@ -1,8 +1,21 @@
-"""Plot helpers shared by several notebooks."""
+"""What the notebooks' plots and widgets share.
+
+`heatmap` draws a labelled matrix. `Frames` and `Explorer` are the one way every
+widget of the course draws: controls above a matplotlib figure, shown as PNG bytes
+in an `ipywidgets.Image` (not an `Output`: nothing is printed or cleared from a
+callback, so nbval and the browser see the same thing every run).
+"""
 from __future__ import annotations
+
+import contextlib
+import io
+import time
 
 import matplotlib.pyplot as plt
 import torch
+
+#: Widgets render at the inline backend's dpi: same font sizes as the static figures.
+DPI = 100
 
 
 def heatmap(ax, matrix, x_labels=None, y_labels=None, *, title: str = "", xlabel: str = "",
@@ -23,13 +36,22 @@ def heatmap(ax, matrix, x_labels=None, y_labels=None, *, title: str = "", xlabel
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if annotate:
+        middle = (matrix.max() + matrix.min()) / 2
         for (row, col), value in _cells(matrix):
             ax.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if value < (matrix.max() + matrix.min()) / 2 else "black")
+                    color="white" if value < middle else "black")
     if colorbar:
         bar = ax.figure.colorbar(image, ax=ax)
         bar.set_label(cbar_label)
     return image
+
+
+def panel_row(count: int, panel_size: float, extra=(1.2, 0.6)):
+    """A figure with one row of `count` panels of about `panel_size` inches, and `extra`
+    (width, height) inches for the labels and a shared colour bar; returns (fig, axes)."""
+    fig, axes = plt.subplots(1, count, figsize=(panel_size * count + extra[0], panel_size + extra[1]),
+                             squeeze=False, layout="constrained")
+    return fig, list(axes[0])
 
 
 def _cells(matrix):
@@ -39,8 +61,143 @@ def _cells(matrix):
             yield (row, col), float(matrix[row, col])
 
 
-def save_and_show(fig, path=None):
-    """Show a figure inline, saving it first when a path is given (for looking at plots offline)."""
-    if path is not None:
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.show()
+class Frames:
+    """PNG frames of one figure whose `moving` artists change between frames.
+
+    A full matplotlib draw of a labelled figure takes 30-250 ms, most of it text
+    (tick labels, titles). So everything but the moving artists is drawn once into a cached
+    background; a frame pastes that back and paints only the moving artists on
+    top. The caller names the background's state with a key (e.g. the number of
+    heads, which sets the tick labels); a new key draws a new background. With no
+    moving artists every frame is a full draw.
+    """
+
+    MAX_BACKGROUNDS = 8  # each is a full-size RGBA copy: keep only the latest few
+
+    def __init__(self, fig, moving=(), dpi: float = DPI):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        fig.set_dpi(dpi)
+        self.fig, self.moving = fig, list(moving)
+        self.axes = list(dict.fromkeys(a.axes for a in self.moving if a.axes is not None))
+        # A full draw paints an axes' frame over its data: the frames around moving data move
+        # too; and it paints in zorder, so frames do too (a stable sort keeps ties in order).
+        for ax in self.axes:
+            self.moving += ax.spines.values()
+        self.moving.sort(key=lambda artist: artist.get_zorder())
+        self.canvas = FigureCanvasAgg(fig)  # renders off screen, pyplot or not
+        self.backgrounds = {}
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of a frame in pixels."""
+        return self.canvas.get_width_height()
+
+    def png(self, background=None) -> bytes:
+        """The figure as it is now, as PNG bytes; `background` keys the still parts."""
+        if not self.moving:
+            self.canvas.draw()
+        else:
+            if background in self.backgrounds:
+                self.canvas.restore_region(self.backgrounds[background])
+                for ax in self.axes:
+                    ax.apply_aspect()  # what a full draw does first: fit the box to the limits
+            else:
+                self._draw_background(background)
+            renderer = self.canvas.get_renderer()
+            for artist in self.moving:
+                artist.draw(renderer)
+        return self._encode()
+
+    def _draw_background(self, key) -> None:
+        # Moving artists are made transparent, not invisible: matplotlib still lays them
+        # out (an axes places its title by the title's size), it just paints nothing.
+        alphas = [artist.get_alpha() for artist in self.moving]
+        for artist in self.moving:
+            artist.set_alpha(0)
+        self.canvas.draw()
+        for artist, alpha in zip(self.moving, alphas):
+            artist.set_alpha(alpha)
+        if len(self.backgrounds) >= self.MAX_BACKGROUNDS:
+            del self.backgrounds[next(iter(self.backgrounds))]  # the oldest
+        self.backgrounds[key] = self.canvas.copy_from_bbox(self.fig.bbox)
+
+    def _encode(self) -> bytes:
+        from PIL import Image
+
+        buffer = io.BytesIO()
+        pixels = Image.frombuffer("RGBA", self.size, self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+        # RGB (the figure is opaque) and light compression: the fastest encoding, measured.
+        pixels.convert("RGB").save(buffer, format="png", compress_level=1)
+        return buffer.getvalue()
+
+
+def image_widget(frames: Frames):
+    """An ipywidgets.Image with the frames' pixel size: shown 1:1, as sharp as the static
+    figures, and the page does not jump when a new frame arrives (narrower screens scale
+    it down, keeping its proportions)."""
+    import ipywidgets as widgets
+
+    width, height = frames.size
+    return widgets.Image(format="png", width=width, height=height,
+                         layout=widgets.Layout(max_width="100%", height="auto"))
+
+
+class Explorer:
+    """The pattern of every widget in the course.
+
+    `.widget` is what the notebook displays: rows of controls above `.picture`, an
+    ipywidgets.Image. `.update(**values)` is the redraw callback: a learner's change
+    of a control calls it, and tests and benchmarks call it headlessly with the new
+    values. `.png()` is the frame on screen, `.last_redraw_ms` how long the last
+    redraw took (PNG included).
+
+    A subclass builds its figure and controls, calls `_build(...)`, and writes an
+    `update` that sets the controls given (`_set_controls`, or inside `_quietly()`),
+    moves its artists and ends with `self._show(start, background)`.
+    """
+
+    last_redraw_ms = float("nan")
+    _quiet = False
+
+    def _build(self, fig, moving, controls, rows) -> None:
+        import ipywidgets as widgets
+
+        self.fig = fig
+        self.frames = Frames(fig, moving)
+        self.picture = image_widget(self.frames)
+        for control in controls:
+            control.observe(self._on_change, names="value")
+        self.widget = widgets.VBox([*rows, self.picture])
+
+    def _on_change(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
+    def _set_controls(self, *pairs) -> None:
+        """Give each (control, value) pair's control its value (None keeps the current one)."""
+        with self._quietly():
+            for control, value in pairs:
+                if value is not None:
+                    control.value = value
+
+    @contextlib.contextmanager
+    def _quietly(self):
+        """Set controls from update(): their observers must not redraw too (update redraws once)."""
+        self._quiet = True
+        try:
+            yield
+        finally:
+            self._quiet = False
+
+    def _show(self, start: float, background=None) -> None:
+        """Send the new frame; `start` is update()'s time.perf_counter() on entry."""
+        self.picture.value = self.frames.png(background)
+        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+
+    def png(self) -> bytes:
+        """The frame on screen, as PNG bytes."""
+        return self.picture.value
+
+    def update(self, **values):
+        raise NotImplementedError

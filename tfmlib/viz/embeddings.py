@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import html
-import io
 import time
 
 import matplotlib.pyplot as plt
@@ -11,7 +10,7 @@ import numpy as np
 import torch
 
 from ..embeddings import sinusoidal_positional_encoding
-from .common import heatmap
+from .common import Explorer, heatmap
 
 D_MODEL_RANGE = (4, 128, 2)     # (min, max, step): sin/cos pairs need an even d_model
 MAX_LEN_RANGE = (8, 200, 1)
@@ -148,33 +147,28 @@ class PEPanels:
 
 
 def plot_pe_explorer(d_model: int = 16, max_len: int = 50, pos_i: int = 10, pos_j: int = 14,
-                     figsize=(11, 4)):
+                     figsize=(10.5, 4)):
     """Static figure of the explorer's picture for one setting."""
     fig = plt.figure(figsize=figsize)
     PEPanels(fig).draw(d_model, max_len, pos_i, pos_j)
     return fig
 
 
-class PositionalEncodingExplorer:
+class PositionalEncodingExplorer(Explorer):
     """Sliders for d_model, max_len and two positions -> the PE heatmap with the two rows marked,
     and the dot product of position i's encoding with every position.
 
-    `update(d_model=..., max_len=..., pos_i=..., pos_j=...)` is the redraw callback (also used
-    headlessly); it returns a message ("" when the values were valid) instead of raising.
-    `widget` is what the notebook displays; `last_redraw_ms` times the last redraw;
-    `pe` is the last encoding drawn and `dot` the last PE[i] . PE[j].
+    `update(d_model=..., max_len=..., pos_i=..., pos_j=...)` redraws (see `Explorer`); it
+    returns a message ("" when the values were valid) instead of raising. `pe` is the last
+    encoding drawn and `dot` the last PE[i] . PE[j].
     """
 
     def __init__(self, d_model: int = 16, max_len: int = 50, pos_i: int = 10, pos_j: int = 14):
         import ipywidgets as widgets
         from matplotlib.figure import Figure
 
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        self.fig = Figure(figsize=(11, 4), dpi=80)
-        self.canvas = FigureCanvasAgg(self.fig)
-        self.panels = PEPanels(self.fig)
-        self._background, self._background_size = None, None
+        fig = Figure(figsize=(10.5, 4))  # outside pyplot: the inline backend never shows it
+        self.panels = PEPanels(fig)
         slider = dict(continuous_update=True, layout=widgets.Layout(width="340px"))
         lo, hi, step = D_MODEL_RANGE
         self.d_model_box = widgets.IntSlider(value=d_model, min=lo, max=hi, step=step,
@@ -187,20 +181,13 @@ class PositionalEncodingExplorer:
         self.j_box = widgets.IntSlider(value=pos_j, min=0, max=max_len - 1, description="position j",
                                        **slider)
         self.info = widgets.HTML()
-        self.output = widgets.Output(layout=widgets.Layout(height="330px"))
-        self._quiet = False
-        for box in (self.d_model_box, self.max_len_box, self.i_box, self.j_box):
-            box.observe(self._on_change, names="value")
-        self.widget = widgets.VBox([
-            widgets.HBox([self.d_model_box, self.max_len_box]),
-            widgets.HBox([self.i_box, self.j_box]), self.info, self.output])
+        boxes = [self.d_model_box, self.max_len_box, self.i_box, self.j_box]
+        # Dragging a position moves only lines, markers, the curve and the titles: the heatmap,
+        # colour bar and ticks are the background, drawn once per (d_model, max_len).
+        self._build(fig, self.panels.moving, boxes,
+                    [widgets.HBox(boxes[:2]), widgets.HBox(boxes[2:]), self.info])
         self.pe, self.dot, self.message = None, float("nan"), ""
-        self.last_redraw_ms = float("nan")
         self.update()
-
-    def _on_change(self, _change) -> None:
-        if not self._quiet:
-            self.update()
 
     @staticmethod
     def validate(d_model, max_len, pos_i, pos_j) -> str:
@@ -231,64 +218,24 @@ class PositionalEncodingExplorer:
         if self.message:                         # keep the last picture, say what is wrong
             self.info.value = f"<span style='color:#b3261e'>{html.escape(self.message)}</span>"
             return self.message
-        self._set_quietly(**wanted)
+        self._move_sliders(**wanted)
         d, i, j = wanted["d_model"], wanted["pos_i"], wanted["pos_j"]
         self.pe, dots = self.panels.draw(d, wanted["max_len"], i, j)
-        if self._background_size != (d, wanted["max_len"]):
-            self._background = None                  # the heatmap and the axes changed
         self.dot = float(dots[j])
         self.info.value = (f"<code>PE[{i}] · PE[{j}] = {self.dot:.3f}</code>; the largest possible value is "
                            f"<code>d_model / 2 = {d // 2}</code> (a position with itself). Move both "
                            "positions by the same amount: the dot product does not change.")
-        self._show()
-        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+        self._show(start, background=(d, wanted["max_len"]))
         return ""
 
-    def _set_quietly(self, d_model, max_len, pos_i, pos_j) -> None:
-        self._quiet = True
-        try:
+    def _move_sliders(self, d_model, max_len, pos_i, pos_j) -> None:
+        with self._quietly():
             self.d_model_box.value = d_model
             for box, pos in ((self.i_box, pos_i), (self.j_box, pos_j)):
                 box.max = max(box.max, max_len - 1)      # widen first, or the value would be clipped
                 box.value = pos
                 box.max = max_len - 1
             self.max_len_box.value = max_len
-        finally:
-            self._quiet = False
-
-    def png(self) -> bytes:
-        """The current figure as PNG bytes.
-
-        Dragging a position slider changes only the lines, the markers, the curve and the
-        titles, so the rest (heatmap, colour bar, ticks: most of the drawing time) is drawn
-        once per (d_model, max_len) and kept as a background image.
-        """
-        from PIL import Image
-
-        if self._background is None:
-            shown = [artist.get_visible() for artist in self.panels.moving]
-            for artist in self.panels.moving:
-                artist.set_visible(False)
-            self.canvas.draw()
-            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
-            self._background_size = (self.d_model_box.value, self.max_len_box.value)
-            for artist, visible in zip(self.panels.moving, shown):
-                artist.set_visible(visible)
-        else:
-            self.canvas.restore_region(self._background)
-        for artist in self.panels.moving:
-            self.fig.draw_artist(artist)
-        width, height = self.canvas.get_width_height(physical=True)
-        buffer = io.BytesIO()
-        Image.frombuffer("RGBA", (width, height), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).save(
-            buffer, format="png", compress_level=1)
-        return buffer.getvalue()
-
-    def _show(self) -> None:
-        from IPython.display import Image, clear_output, display
-        with self.output:
-            clear_output(wait=True)
-            display(Image(data=self.png(), format="png"))
 
 
 def positional_encoding_explorer(d_model: int = 16, max_len: int = 50, pos_i: int = 10,

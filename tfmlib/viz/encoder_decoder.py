@@ -7,7 +7,6 @@ layers, heads, the sentence and which attention to look at.
 """
 from __future__ import annotations
 
-import io
 import time
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import torch
 from matplotlib.figure import Figure
 
 from ..encoder_decoder import decoder_layer, encoder_layer
+from .common import Explorer
 
 KINDS = {"encoder self-attention": "encoder",
          "decoder self-attention (causal)": "decoder_self",
@@ -90,7 +90,7 @@ def _style(ax, image, canvas, num_layers, num_heads, kind_label, sample_name):
                  fontsize=10)
 
 
-def _build(fig, canvas):
+def _new_axes(fig, canvas):
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(canvas, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
     ax.set_xlabel("head  (inside a tile: keys, left to right)")
@@ -105,14 +105,17 @@ def plot_stack_attention(stack: StackAttention, num_layers: int = 2, num_heads: 
     """A static figure of the tiled attention maps (for readers without widget JavaScript)."""
     canvas = tile(stack.maps(num_layers, num_heads, KINDS[kind]), sample)
     fig = plt.figure(figsize=(9, 4.2))
-    ax, image = _build(fig, canvas)
+    ax, image = _new_axes(fig, canvas)
     _style(ax, image, canvas, num_layers, num_heads, kind, stack.sample_names[sample])
     return fig
 
 
-class StackAttentionExplorer:
-    """The widget: `.widget` to display, `.update(layers=..., heads=..., kind=..., sample=...)`
-    to redraw from code (tests, benchmarks); `.image` is the imshow artist."""
+class StackAttentionExplorer(Explorer):
+    """Layers, heads, which attention and which sentence -> the tiled attention maps.
+
+    `update(layers=..., heads=..., kind=..., sample=...)` redraws (see `Explorer`);
+    `image` is the imshow artist.
+    """
 
     def __init__(self, stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
                  kind: str = "encoder self-attention", sample: int = 0):
@@ -129,36 +132,25 @@ class StackAttentionExplorer:
         self.sample = widgets.Dropdown(options=[(n, i) for i, n in enumerate(stack.sample_names)],
                                        value=sample, description="sentence",
                                        layout=widgets.Layout(width="330px"))
-        self.figure = Figure(figsize=(9, 4.2))
-        canvas = tile(stack.maps(num_layers, num_heads, KINDS[kind]), sample)
-        self.ax, self.image = _build(self.figure, canvas)
-        self.picture = widgets.Image(format="png", layout=widgets.Layout(height="430px"))
-        self.redraw_seconds = 0.0
-        for control in (self.layers, self.heads, self.kind, self.sample):
-            control.observe(lambda change: self.redraw(), names="value")
-        self.widget = widgets.VBox([widgets.HBox([self.layers, self.heads]),
-                                    widgets.HBox([self.kind, self.sample]), self.picture])
-        self.redraw()
+        fig = Figure(figsize=(9, 4.2))  # outside pyplot: the inline backend never shows it
+        self.ax, self.image = _new_axes(fig, tile(stack.maps(num_layers, num_heads, KINDS[kind]), sample))
+        controls = [self.layers, self.heads, self.kind, self.sample]
+        # Ticks and title depend on every control: one background per setting, the maps move.
+        self._build(fig, [self.image], controls,
+                    [widgets.HBox(controls[:2]), widgets.HBox(controls[2:])])
+        self.update()
 
-    def update(self, layers=None, heads=None, kind=None, sample=None):
-        """Set any of the controls; each change redraws (as a learner's click would)."""
-        for control, value in ((self.layers, layers), (self.heads, heads), (self.kind, kind),
-                               (self.sample, sample)):
-            if value is not None:
-                control.value = value
-        return self
-
-    def redraw(self):
+    def update(self, layers=None, heads=None, kind=None, sample=None) -> None:
+        """Redraw for the given values (None keeps the control's current value)."""
         start = time.perf_counter()
-        canvas = tile(self.stack.maps(self.layers.value, self.heads.value, KINDS[self.kind.value]),
-                      self.sample.value)
-        _style(self.ax, self.image, canvas, self.layers.value, self.heads.value, self.kind.value,
-               self.stack.sample_names[self.sample.value])
-        buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png", dpi=80)
-        self.picture.value = buffer.getvalue()
-        self.redraw_seconds = time.perf_counter() - start
+        self._set_controls((self.layers, layers), (self.heads, heads), (self.kind, kind),
+                           (self.sample, sample))
+        setting = (self.layers.value, self.heads.value, self.kind.value, self.sample.value)
+        canvas = tile(self.stack.maps(setting[0], setting[1], KINDS[setting[2]]), setting[3])
+        _style(self.ax, self.image, canvas, *setting[:3], self.stack.sample_names[setting[3]])
+        self._show(start, background=setting)
 
 
 def stack_attention_widget(stack: StackAttention, **defaults) -> StackAttentionExplorer:
+    """Build the explorer; display its `.widget` in the notebook."""
     return StackAttentionExplorer(stack, **defaults)

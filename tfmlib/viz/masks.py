@@ -7,7 +7,6 @@ grey = False = blocked.
 from __future__ import annotations
 
 import html
-import io
 import time
 
 import matplotlib.pyplot as plt
@@ -16,7 +15,7 @@ import torch
 from matplotlib.colors import ListedColormap
 
 from .. import causal_mask, padding_mask
-from .common import heatmap
+from .common import Explorer, heatmap, panel_row
 
 #: False (blocked) -> light grey, True (may attend) -> green.
 MASK_CMAP = ListedColormap(["#dcdcdc", "#2e8540"], name="mask")
@@ -68,9 +67,7 @@ def plot_masks(mask: torch.Tensor, tokens, titles=None, suptitle: str = "",
     broadcasts to (B, 1, Lq, Lk)); `tokens` is one list of L tokens per sample."""
     batch = len(tokens)
     grids = per_sample_grids(mask, batch)                     # (B, Lq, Lk)
-    fig, axes = plt.subplots(1, batch, figsize=(panel_size * batch + 1.2, panel_size + 0.6),
-                             squeeze=False, layout="constrained")
-    axes = axes[0]
+    fig, axes = panel_row(batch, panel_size)
     titles = titles or [f"sample {b}" for b in range(batch)]
     image = None
     for b, ax in enumerate(axes):
@@ -90,10 +87,7 @@ def plot_mask_variants(variants: dict, tokens, sample: int, panel_size: float = 
     with 0 visible keys gives NaN after the softmax (notebook 05).
     """
     names = list(variants)
-    fig, axes = plt.subplots(1, len(names), figsize=(panel_size * len(names) + 1.0,
-                                                     panel_size + 1.0),
-                             squeeze=False, layout="constrained")
-    axes = axes[0]
+    fig, axes = panel_row(len(names), panel_size, extra=(1.0, 1.0))
     image = None
     for i, (ax, name) in enumerate(zip(axes, names)):
         mask = variants[name]
@@ -108,39 +102,7 @@ def plot_mask_variants(variants: dict, tokens, sample: int, panel_size: float = 
     return fig
 
 
-# ---- fast redraws ---------------------------------------------------------------------------
-
-class BlitPNG:
-    """PNG frames of a figure of which only a few artists change (no text among them).
-
-    Everything else, the text above all (drawing text is what makes a full
-    matplotlib render slow), is drawn once into a background; a frame then
-    restores that background, draws the changing `artists` on top, in order,
-    and encodes the pixels. Measured: a few ms per frame instead of ~150 ms.
-    """
-
-    def __init__(self, fig, artists, dpi: float = 80):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        self.fig, self.artists = fig, list(artists)
-        fig.set_dpi(dpi)
-        self.canvas = FigureCanvasAgg(fig)
-        for artist in self.artists:
-            artist.set_animated(True)   # left out of the full draw below
-        self.canvas.draw()
-        self.background = self.canvas.copy_from_bbox(fig.bbox)
-
-    def png(self) -> bytes:
-        from PIL import Image
-
-        self.canvas.restore_region(self.background)
-        for artist in self.artists:
-            self.fig.draw_artist(artist)
-        pixels = np.asarray(self.canvas.buffer_rgba())
-        buffer = io.BytesIO()
-        Image.fromarray(pixels).save(buffer, format="png", compress_level=1)
-        return buffer.getvalue()
-
+# ---- the widget ----------------------------------------------------------------------------
 
 def _cell_borders(ax, rows: int, cols: int):
     """White lines between cells as one artist (drawn on top of the image in every frame)."""
@@ -150,8 +112,6 @@ def _cell_borders(ax, rows: int, cols: int):
     segments += [[(-0.5, y), (cols - 0.5, y)] for y in np.arange(-0.5, rows, 1.0)]
     return ax.add_collection(LineCollection(segments, colors="white", linewidths=1.2, zorder=3))
 
-
-# ---- the widget ----------------------------------------------------------------------------
 
 def masks_from_lengths(lengths, seq_len: int, causal: bool) -> torch.Tensor:
     """Real-token counts per sample -> the mask the batch would get, (B, 1, L, L).
@@ -228,13 +188,11 @@ def explorer_figure(lengths, seq_len: int, causal: bool = True):
     return panels.fig
 
 
-class MaskExplorer:
+class MaskExplorer(Explorer):
     """Sliders for each sample's number of real tokens and a causal switch -> mask grids.
 
-    `update(lengths=[...], causal=...)` is the redraw callback (also used
-    headlessly by tests and benchmarks); `widget` is what the notebook displays;
-    `masks` holds the current (B, 1, L, L) mask; `last_redraw_ms` times the last
-    redraw, PNG frame included.
+    `update(lengths=[...], causal=...)` redraws (see `Explorer`); `masks` holds the
+    current (B, 1, L, L) mask.
     """
 
     def __init__(self, lengths, seq_len: int, causal: bool = True):
@@ -242,9 +200,7 @@ class MaskExplorer:
 
         self.seq_len = seq_len
         self.panels = _MaskPanels(len(lengths), seq_len)
-        self.fig = self.panels.fig
-        plt.close(self.fig)  # shown only through the Output below, never twice
-        self.frames = BlitPNG(self.fig, self.panels.changing_artists)
+        plt.close(self.panels.fig)  # shown only as the widget's PNG, never by the inline backend
         self.sliders = [widgets.IntSlider(value=int(n), min=1, max=seq_len,
                                           description=f"sample {b}",
                                           style={"description_width": "60px"},
@@ -252,56 +208,29 @@ class MaskExplorer:
                         for b, n in enumerate(lengths)]
         self.causal_box = widgets.Checkbox(value=causal, description="causal (decoder)")
         self.caption = widgets.HTML()
-        self.output = widgets.Output(layout=widgets.Layout(height="290px"))
-        self._quiet = False
-        for control in (*self.sliders, self.causal_box):
-            control.observe(self._on_change, names="value")
         header = widgets.Label(f"real tokens per sample (the other positions of L = {seq_len} "
                                "are <pad>):")
-        self.widget = widgets.VBox([header, widgets.HBox(self.sliders), self.causal_box,
-                                    self.caption, self.output])
+        self._build(self.panels.fig, self.panels.changing_artists, [*self.sliders, self.causal_box],
+                    [header, widgets.HBox(self.sliders), self.causal_box, self.caption])
         self.masks = None
-        self.last_redraw_ms = float("nan")
         self.update()
-
-    def _on_change(self, _change) -> None:
-        if not self._quiet:
-            self.update()
 
     def update(self, lengths=None, causal: bool | None = None) -> None:
         """Redraw for the given values (None keeps the control's value)."""
         start = time.perf_counter()
-        self._quiet = True  # moving the controls here must not trigger a second redraw
-        try:
-            if lengths is not None:
-                if len(lengths) != len(self.sliders):
-                    raise ValueError(f"lengths: expected {len(self.sliders)} values, "
-                                     f"got {list(lengths)}")
-                for slider, n in zip(self.sliders, lengths):
-                    if not 1 <= int(n) <= self.seq_len:
-                        raise ValueError(f"lengths: expected values in 1..{self.seq_len}, got {n}")
-                    slider.value = int(n)
-            if causal is not None:
-                self.causal_box.value = bool(causal)
-        finally:
-            self._quiet = False
+        if lengths is None:
+            lengths = [None] * len(self.sliders)
+        elif len(lengths) != len(self.sliders):
+            raise ValueError(f"lengths: expected {len(self.sliders)} values, got {list(lengths)}")
+        elif not all(1 <= int(n) <= self.seq_len for n in lengths):
+            raise ValueError(f"lengths: expected values in 1..{self.seq_len}, got {list(lengths)}")
+        self._set_controls(*zip(self.sliders, lengths), (self.causal_box, causal))
         lengths = [s.value for s in self.sliders]
         self.masks = self.panels.draw(lengths, self.causal_box.value)
         text = describe_setting(lengths, self.seq_len, self.causal_box.value)
         self.caption.value = "<br>".join(f"<code>{html.escape(line)}</code>"
                                          for line in text.split("\n"))
-        self._show()
-        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
-
-    def png(self) -> bytes:
-        """The current figure as PNG bytes."""
-        return self.frames.png()
-
-    def _show(self) -> None:
-        from IPython.display import Image, clear_output, display
-        with self.output:
-            clear_output(wait=True)
-            display(Image(data=self.png(), format="png"))
+        self._show(start)
 
 
 def mask_explorer(lengths, seq_len: int, causal: bool = True) -> MaskExplorer:

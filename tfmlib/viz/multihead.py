@@ -7,19 +7,18 @@ the new image over that background (blitting), which keeps a redraw well under
 """
 from __future__ import annotations
 
-import io
 import math
 import time
 
 import matplotlib
 import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .. import (add_positional_encoding, embed, init_mha_params, multi_head_attention,
                 padding_mask, sinusoidal_positional_encoding)
 from ..tokenization import PAD, invert_vocab
+from .common import Explorer
 
 HEAD_CHOICES = (1, 2, 4, 8)
 D_K_CHOICES = (2, 4, 8, 16)
@@ -27,17 +26,6 @@ VMAX = 0.5  # colour scale 0 .. 0.5 (uniform over 8 keys is 0.125); larger weigh
 GAP_X, GAP_Y = 1, 2  # empty cells between two tiles (rows leave room for "head h")
 XLABEL = "key (the token looked at)"
 YLABEL = "query (the token looking)"
-
-
-def canvas_png(canvas: FigureCanvasAgg) -> bytes:
-    """What an Agg canvas holds now, as PNG bytes, without drawing the figure again."""
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    image = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(),
-                             "raw", "RGBA", 0, 1)
-    image.convert("RGB").save(buffer, format="png", compress_level=1)  # fast, light compression
-    return buffer.getvalue()
 
 
 def running_example_input(ids: torch.Tensor, vocab_size: int, d_model: int,
@@ -79,7 +67,8 @@ class _HeadGrid:
 
     def __init__(self, ax, tokens, max_heads: int = 16, cax=None):
         self.ax, self.tokens = ax, list(tokens)
-        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # NaN gaps: white
+        # NaN gaps between tiles: transparent, so the "head h" titles drawn there stay visible
+        cmap = matplotlib.colormaps["viridis"].with_extremes(bad=(0, 0, 0, 0))
         self.image = ax.imshow(np.zeros((1, 1)), cmap=cmap, vmin=0.0, vmax=VMAX,
                                interpolation="nearest")
         self.head_labels = [ax.text(0, 0, "", ha="center", va="bottom", fontsize=9)
@@ -146,17 +135,17 @@ def describe_choice(heads: int, d_k: int, length: int) -> str:
             f"weights: (1, {heads}, {length}, {length})")
 
 
-class HeadsExplorer:
+class HeadsExplorer(Explorer):
     """Dropdowns for heads and d_k -> one attention heatmap per head of one sentence.
 
     Each choice builds the running example at width d_model = heads x d_k,
     re-initialises seeded projections and runs tfmlib's `multi_head_attention`.
-    `update(heads=..., d_k=...)` is the redraw callback (usable headlessly);
-    `widget` is what the notebook displays; `last_redraw_ms` times the last redraw.
+    `update(heads=..., d_k=...)` redraws (see `Explorer`); `weights` holds the
+    current (heads, L, L) weights.
     """
 
     def __init__(self, ids: torch.Tensor, vocab: dict, sample: int = 0, heads: int = 4,
-                 d_k: int = 4, seed: int = 0, param_seed: int = 1, dpi: int = 80):
+                 d_k: int = 4, seed: int = 0, param_seed: int = 1):
         import ipywidgets as widgets
 
         self.vocab, self.seed, self.param_seed = vocab, seed, param_seed
@@ -164,28 +153,21 @@ class HeadsExplorer:
         id_to_token = invert_vocab(vocab)
         self.tokens = [id_to_token[int(i)] for i in self.ids[0]]
         self.mask = padding_mask(self.ids, vocab[PAD])                # (1, 1, 1, L)
-        # A figure outside pyplot: never shown by the inline backend on its own.
-        self.fig = Figure(figsize=(10, 5), dpi=dpi)
-        self.canvas = FigureCanvasAgg(self.fig)
-        self.ax = self.fig.add_axes((0.08, 0.16, 0.79, 0.74))
-        colour_bar = self.fig.add_axes((0.89, 0.16, 0.015, 0.74))  # moved next to the tiles later
+        fig = Figure(figsize=(10, 5))  # outside pyplot: the inline backend never shows it
+        self.ax = fig.add_axes((0.08, 0.16, 0.79, 0.74))
+        colour_bar = fig.add_axes((0.89, 0.16, 0.015, 0.74))  # moved next to the tiles later
         self.grid = _HeadGrid(self.ax, self.tokens, cax=colour_bar)
-        self.title = self.fig.text(0.5, 0.96, "", ha="center", va="center", fontsize=10)
-        self._backgrounds = {}
-
+        self.title = fig.text(0.5, 0.96, "", ha="center", va="center", fontsize=10)
         self.heads_box = widgets.Dropdown(options=list(HEAD_CHOICES), value=heads,
                                           description="heads")
         self.d_k_box = widgets.Dropdown(options=list(D_K_CHOICES), value=d_k, description="d_k")
-        self.output = widgets.Output(layout=widgets.Layout(height="420px"))
-        self._quiet = False
-        for box in (self.heads_box, self.d_k_box):
-            box.observe(self._on_change, names="value")
-        self.widget = widgets.VBox([widgets.HBox([self.heads_box, self.d_k_box]), self.output])
+        # The tick labels and "head h" titles of a layout are the background (one per layout).
+        self._build(fig, [self.grid.image, self.title], [self.heads_box, self.d_k_box],
+                    [widgets.HBox([self.heads_box, self.d_k_box])])
         self.weights = None
-        self.last_redraw_ms = float("nan")
-        for choice in HEAD_CHOICES:  # draw every layout's labels once, now rather than on a click
+        for choice in HEAD_CHOICES:  # draw every layout's background now rather than on a click
             self.grid.set_layout(choice)
-            self._background()
+            self.frames.png(background=choice)
         self.update()
 
     def compute(self, heads: int, d_k: int) -> torch.Tensor:
@@ -197,59 +179,16 @@ class HeadsExplorer:
             _, weights = multi_head_attention(x, x, x, params, heads, self.mask)    # (1, H, L, L)
         return weights[0]
 
-    def _on_change(self, _change) -> None:
-        if not self._quiet:
-            self.update()
-
     def update(self, heads: int | None = None, d_k: int | None = None) -> None:
         """Redraw for the given values (None keeps the control's current value)."""
         start = time.perf_counter()
-        self._quiet = True  # moving the controls from here must not redraw twice
-        try:
-            if heads is not None:
-                self.heads_box.value = heads  # a value that is not offered raises TraitError
-            if d_k is not None:
-                self.d_k_box.value = d_k
-        finally:
-            self._quiet = False
+        # A value that is not offered raises traitlets.TraitError.
+        self._set_controls((self.heads_box, heads), (self.d_k_box, d_k))
         heads, d_k = self.heads_box.value, self.d_k_box.value
         self.weights = self.compute(heads, d_k)
         self.grid.draw(self.weights)
         self.title.set_text(describe_choice(heads, d_k, len(self.tokens)))
-        self._show()
-        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
-
-    def _background(self):
-        """The figure without image and title, for the current layout (drawn once, then cached)."""
-        layout = self.grid.layout
-        if layout not in self._backgrounds:
-            self.grid.image.set_visible(False)
-            self.title.set_visible(False)
-            self.canvas.draw()
-            self._backgrounds[layout] = self.canvas.copy_from_bbox(self.fig.bbox)
-            self.grid.image.set_visible(True)
-            self.title.set_visible(True)
-        return self._backgrounds[layout]
-
-    def _render(self) -> None:
-        """Paint the current image and title over the cached labels of this layout."""
-        self.canvas.restore_region(self._background())
-        self.ax.apply_aspect()  # a full draw would do this: fit the axes box to this grid
-        self.ax.draw_artist(self.grid.image)
-        self.fig.draw_artist(self.title)
-
-    def png(self) -> bytes:
-        """The current figure as PNG bytes."""
-        self._render()
-        return canvas_png(self.canvas)
-
-    def _show(self) -> None:
-        from IPython.display import Image, clear_output, display
-
-        png = self.png()
-        with self.output:
-            clear_output(wait=True)
-            display(Image(data=png, format="png"))
+        self._show(start, background=heads)
 
 
 def heads_explorer(ids: torch.Tensor, vocab: dict, sample: int = 0, **kwargs) -> HeadsExplorer:

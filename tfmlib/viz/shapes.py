@@ -10,7 +10,6 @@ calls and one PNG render.
 from __future__ import annotations
 
 import html
-import io
 import math
 import re
 import time
@@ -19,6 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..shapes import broadcast_shape
+from .common import DPI, Explorer
 
 MAX_AXES = 4     # the diagram draws shapes of up to 4 axes ...
 MAX_SIZE = 8     # ... with at most 8 elements along each
@@ -206,60 +206,47 @@ def plot_broadcast(shape_a, shape_b, op: str = "+", figsize=(7, 5.5)):
 
 # ---- the widget -------------------------------------------------------------------------------
 
-class BroadcastExplorer:
+class BroadcastExplorer(Explorer):
     """Two text boxes (and a menu of examples) -> the broadcast result or the error, and the diagram.
 
-    `update(a="2, 3, 4", b="3, 4")` is the redraw callback (also used headlessly);
-    `widget` is what the notebook displays; `last_redraw_ms` times the last redraw;
-    `result` is the last result shape (None on an error) and `message` the text shown.
+    `update(a="2, 3, 4", b="3, 4")` redraws (see `Explorer`) and returns the message shown;
+    `result` is the last result shape (None on an error). The menu always shows the example
+    on screen (blank for shapes of one's own), so picking any entry changes the picture.
     """
 
     def __init__(self, a: str = "3, 1", b: str = "4"):
         import ipywidgets as widgets
         from matplotlib.figure import Figure
 
-        self.fig = Figure(figsize=(7, 5.5), dpi=80, layout="constrained")
-        self.fig.get_layout_engine().set(h_pad=0.25)
-        self.diagram = BroadcastDiagram(self.fig)
-        self.fig.draw_without_rendering()               # fix the layout once
-        self.fig.set_layout_engine("none")             # ... and keep it: redraws stay cheap
+        fig = Figure(figsize=(7, 5.5), dpi=DPI, layout="constrained")
+        fig.get_layout_engine().set(h_pad=0.25)
+        self.diagram = BroadcastDiagram(fig)
+        fig.draw_without_rendering()               # fix the layout once
+        fig.set_layout_engine("none")             # ... and keep it: redraws stay cheaper
         layout = widgets.Layout(width="260px")
         self.a_box = widgets.Text(value=a, description="shape a", layout=layout)
         self.b_box = widgets.Text(value=b, description="shape b", layout=layout)
-        self.examples = widgets.Dropdown(options=["(pick an example)", *PRESETS], description="examples",
+        self.examples = widgets.Dropdown(options=list(PRESETS), value=None, description="examples",
                                          layout=widgets.Layout(width="440px"))
-        self.info = widgets.HTML()
-        self.output = widgets.Output(layout=widgets.Layout(height="450px"))
-        self._quiet = False
-        self.a_box.observe(self._on_change, names="value")
-        self.b_box.observe(self._on_change, names="value")
         self.examples.observe(self._on_example, names="value")
-        self.widget = widgets.VBox([self.examples, widgets.HBox([self.a_box, self.b_box]),
-                                    self.info, self.output])
+        self.info = widgets.HTML()
+        # Three images of new sizes, their titles and notes: nearly all of it changes, so
+        # every frame is a full draw (no moving artists; the panels have no ticks: cheap).
+        self._build(fig, [], [self.a_box, self.b_box],
+                    [self.examples, widgets.HBox([self.a_box, self.b_box]), self.info])
         self.result, self.message = None, ""
-        self.last_redraw_ms = float("nan")
         self.update()
 
-    def _on_change(self, _change) -> None:
-        if not self._quiet:
-            self.update()
-
     def _on_example(self, change) -> None:
-        if change["new"] in PRESETS:
-            a, b = PRESETS[change["new"]]
-            self.update(a=a, b=b)
+        if not self._quiet and change["new"] in PRESETS:
+            self.update(*PRESETS[change["new"]])
 
     def update(self, a: str | None = None, b: str | None = None) -> str:
         """Redraw for the shapes typed in (or given here); returns the message shown."""
         start = time.perf_counter()
-        self._quiet = True
-        try:
-            if a is not None:
-                self.a_box.value = a
-            if b is not None:
-                self.b_box.value = b
-        finally:
-            self._quiet = False
+        self._set_controls((self.a_box, a), (self.b_box, b))
+        with self._quietly():  # None, the blank entry, included
+            self.examples.value = _preset_of(self.a_box.value, self.b_box.value)
         try:
             shape_a = parse_shape(self.a_box.value)
             shape_b = parse_shape(self.b_box.value)
@@ -276,20 +263,18 @@ class BroadcastExplorer:
                            f"{html.escape(alignment_table(shape_a, shape_b))}</pre>"
                            + _html_note(self.message, ok=self.result is not None))
         self.diagram.draw(shape_a, shape_b)
-        self._show()
-        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+        self._show(start)
         return self.message
 
-    def png(self) -> bytes:
-        buffer = io.BytesIO()
-        self.fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast to encode
-        return buffer.getvalue()
 
-    def _show(self) -> None:
-        from IPython.display import Image, clear_output, display
-        with self.output:
-            clear_output(wait=True)
-            display(Image(data=self.png(), format="png"))
+def _preset_of(a: str, b: str) -> str | None:
+    """The example whose shapes are the ones typed, or None (the menu then shows no entry)."""
+    try:
+        shapes = (parse_shape(a), parse_shape(b))
+    except ValueError:
+        return None
+    return next((name for name, (pa, pb) in PRESETS.items()
+                 if (parse_shape(pa), parse_shape(pb)) == shapes), None)
 
 
 def _html_note(text: str, ok: bool) -> str:

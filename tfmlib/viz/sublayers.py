@@ -10,11 +10,10 @@ import time
 
 import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .. import dropout, layer_norm, residual_sublayer
-from .multihead import canvas_png
+from .common import Explorer
 
 EDGES = np.linspace(-6.0, 6.0, 49)  # bins of width 0.25; values beyond +-6 land in the end bins
 P_MAX = 0.9
@@ -88,7 +87,7 @@ def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool
 
 
 def plot_block_histograms(x: torch.Tensor, sublayer, norm: dict, p: float = 0.1,
-                          norm_first: bool = False, seed: int = 0, figsize=(12, 3.6)):
+                          norm_first: bool = False, seed: int = 0, figsize=(10.5, 3.6)):
     """Static figure: the three histograms of one residual block at one setting."""
     import matplotlib.pyplot as plt
 
@@ -101,16 +100,15 @@ def plot_block_histograms(x: torch.Tensor, sublayer, norm: dict, p: float = 0.1,
     return fig
 
 
-class BlockExplorer:
+class BlockExplorer(Explorer):
     """A dropout-probability slider and a Post-LN / Pre-LN switch -> three histograms.
 
-    `update(p=..., norm_first=...)` is the redraw callback (usable headlessly);
-    `widget` is what the notebook displays; `summary` is the line above the plots;
-    `last_redraw_ms` times the last redraw.
+    `update(p=..., norm_first=...)` redraws (see `Explorer`); `summary` is the line
+    above the plots.
     """
 
     def __init__(self, x: torch.Tensor, sublayer, norm: dict, p: float = 0.1,
-                 norm_first: bool = False, seed: int = 0, dpi: int = 80):
+                 norm_first: bool = False, seed: int = 0):
         import ipywidgets as widgets
 
         self.x, self.sublayer, self.norm, self.seed = x, sublayer, norm, seed
@@ -119,89 +117,40 @@ class BlockExplorer:
                     for first in (False, True)]
         self.ymax = 1.1 * max(fractions(v).max() for q, first in settings
                               for v in block_stages(x, sublayer, norm, q, first, seed).values())
-        self.fig = Figure(figsize=(12, 3.6), dpi=dpi)
-        self.canvas = FigureCanvasAgg(self.fig)
-        axes = self.fig.subplots(1, 3, sharey=True)
-        self.fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.8, wspace=0.08)
+        fig = Figure(figsize=(10.5, 3.6))  # outside pyplot: the inline backend never shows it
+        self.axes = fig.subplots(1, 3, sharey=True)
+        fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.8, wspace=0.08)
         self.stages = block_stages(x, sublayer, norm, p, norm_first, seed)
         self.steps, self.titles, self.means, self.reference = _draw_panels(
-            axes, self.stages, x, norm_first, self.ymax)
-        self.axes = axes
-        self.headline = self.fig.suptitle("", fontsize=10)
-
+            self.axes, self.stages, x, norm_first, self.ymax)
+        self.headline = fig.suptitle("", fontsize=10)
         self.p_slider = widgets.FloatSlider(value=p, min=0.0, max=P_MAX, step=0.05,
                                             description="dropout p", readout_format=".2f")
         self.mode = widgets.ToggleButtons(options=[("Post-LN", False), ("Pre-LN", True)],
                                           value=norm_first, description="LayerNorm")
-        self.output = widgets.Output(layout=widgets.Layout(height="310px"))
-        self._quiet = False
-        for control in (self.p_slider, self.mode):
-            control.observe(self._on_change, names="value")
-        self.widget = widgets.VBox([widgets.HBox([self.p_slider, self.mode]), self.output])
-        self._backgrounds = {}
-        for mode in (False, True):
-            self._background(mode)
+        # The panel titles depend on the mode: one background per mode. The reference
+        # histogram never changes, but it is drawn on top of the bars, so it moves too.
+        self._build(fig, [*self.steps, *self.means, self.reference, self.headline],
+                    [self.p_slider, self.mode], [widgets.HBox([self.p_slider, self.mode])])
         self.summary = ""
-        self.last_redraw_ms = float("nan")
-        self.update()
-
-    def _background(self, norm_first: bool):
-        """Axes, ticks, labels and panel titles of one mode, drawn once and then reused."""
-        if norm_first not in self._backgrounds:
-            for title, text in zip(self.titles, PANEL_TITLES[norm_first]):
-                title.set_text(text)
-            dynamic = (*self.steps, *self.means, self.reference, self.headline)
-            for artist in dynamic:
-                artist.set_visible(False)
-            self.canvas.draw()
-            self._backgrounds[norm_first] = self.canvas.copy_from_bbox(self.fig.bbox)
-            for artist in dynamic:
-                artist.set_visible(True)
-        return self._backgrounds[norm_first]
-
-    def _on_change(self, _change) -> None:
-        if not self._quiet:
-            self.update()
+        for mode in (not norm_first, norm_first):  # draw both backgrounds now, not on a click
+            self.update(norm_first=mode)
 
     def update(self, p: float | None = None, norm_first: bool | None = None) -> None:
         """Redraw for the given values (None keeps the control's current value)."""
         start = time.perf_counter()
-        self._quiet = True  # moving the controls from here must not redraw twice
-        try:
-            if p is not None:
-                self.p_slider.value = p
-            if norm_first is not None:
-                self.mode.value = norm_first
-        finally:
-            self._quiet = False
+        self._set_controls((self.p_slider, p), (self.mode, norm_first))
         p, norm_first = float(self.p_slider.value), bool(self.mode.value)
         self.stages = block_stages(self.x, self.sublayer, self.norm, p, norm_first, self.seed)
         for step, line, values in zip(self.steps, self.means, self.stages.values()):
             step.set_data(fractions(values))
             mean = values.mean().item()
             line.set_xdata([mean, mean])
+        for title, text in zip(self.titles, PANEL_TITLES[norm_first]):
+            title.set_text(text)
         self.summary = summary(self.stages["block output"], p, norm_first)
         self.headline.set_text(self.summary)
-        self._show()
-        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
-
-    def png(self) -> bytes:
-        """The current figure as PNG bytes."""
-        self.canvas.restore_region(self._background(bool(self.mode.value)))
-        for ax, step, line in zip(self.axes, self.steps, self.means):
-            ax.draw_artist(step)
-            ax.draw_artist(line)
-        self.axes[-1].draw_artist(self.reference)  # on top of the bars
-        self.fig.draw_artist(self.headline)
-        return canvas_png(self.canvas)
-
-    def _show(self) -> None:
-        from IPython.display import Image, clear_output, display
-
-        png = self.png()
-        with self.output:
-            clear_output(wait=True)
-            display(Image(data=png, format="png"))
+        self._show(start, background=norm_first)
 
 
 def block_explorer(x: torch.Tensor, sublayer, norm: dict, **kwargs) -> BlockExplorer:

@@ -8,7 +8,6 @@ text artists, so a redraw changes data and strings but creates no new artists.
 from __future__ import annotations
 
 import html
-import io
 import time
 
 import matplotlib.pyplot as plt
@@ -17,6 +16,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.colors import ListedColormap
 
 from ..tokenization import BOS, EOS, PAD, UNK, encode, invert_vocab, pad_batch, tokenize
+from .common import Explorer
 
 KINDS = ("word", "bos/eos", "<unk>", "<pad>")
 COLOURS = ("#cfe2f3", "#d9ead3", "#f4b6b6", "#e6e6e6")
@@ -139,58 +139,41 @@ def _chips(tokens, vocab) -> str:
     return " ".join(parts) if parts else "<i>(none)</i>"
 
 
-class TokenizerExplorer:
+class TokenizerExplorer(Explorer):
     """A text box -> the sentence's tokens, its ids (unknown words in red) and the padded batch
     with the typed sentence added as the last row.
 
-    `update(sentence="...")` is the redraw callback (also used headlessly); `widget` is what
-    the notebook displays; `last_redraw_ms` times the last redraw; `batch` is the last
-    (B + 1, L) batch drawn and `message` the last warning ("" when there is none).
+    `update(sentence="...")` redraws (see `Explorer`) and returns the warning shown; `batch`
+    is the last (B + 1, L) batch drawn and `message` the last warning ("" when there is none).
     """
 
     def __init__(self, sentences, vocab: dict, sentence: str = "my cat loves attention"):
         import ipywidgets as widgets
         from matplotlib.figure import Figure
 
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
         self.sentences, self.vocab = list(sentences), vocab
-        self.fig = Figure(figsize=(10, 3.2), dpi=80)
-        self.canvas = FigureCanvasAgg(self.fig)
-        self.fig.subplots_adjust(left=0.07, right=0.99, top=0.78, bottom=0.03)
-        self.ax = self.fig.add_subplot()
+        fig = Figure(figsize=(10, 3.2))  # outside pyplot: the inline backend never shows it
+        fig.subplots_adjust(left=0.07, right=0.99, top=0.78, bottom=0.03)
+        self.ax = fig.add_subplot()
         self.grid = BatchGrid(self.ax, max_rows=len(self.sentences) + 1, max_cols=MAX_COLS, legend=False)
-        self.title = self.fig.text(0.5, 0.97, "", fontsize=11, ha="center", va="top")  # fixed place: cheap
-        # The typed row gets its own image on top of the grid's, so that a keystroke redraws
-        # only that row (and the title) over a background of the unchanged rows.
+        self.title = fig.text(0.5, 0.97, "", fontsize=11, ha="center", va="top")  # fixed place: cheap
+        # The typed row gets its own image on top of the grid's: while L stays the same, a
+        # keystroke repaints only that row, its texts and the title over the other rows
+        # (drawn once per L: the background).
         self.typed_row = self.ax.imshow(np.zeros((1, 1)), cmap=self.grid.image.get_cmap(), vmin=-0.5,
                                         vmax=len(KINDS) - 0.5, interpolation="nearest", aspect="auto")
-        self.moving = [self.typed_row, self.grid.borders, *self.grid.cells[len(self.sentences)], self.title]
-        self._background, self._background_shape = None, None
+        moving = [self.typed_row, self.grid.borders, *self.grid.cells[len(self.sentences)], self.title]
         self.text = widgets.Text(value=sentence, description="sentence", continuous_update=True,
                                  layout=widgets.Layout(width="520px"))
         self.info = widgets.HTML()
-        self.output = widgets.Output(layout=widgets.Layout(height="270px"))
-        self._quiet = False
-        self.text.observe(self._on_change, names="value")
-        self.widget = widgets.VBox([self.text, self.info, self.output])
+        self._build(fig, moving, [self.text], [self.text, self.info])
         self.batch, self.message = None, ""
-        self.last_redraw_ms = float("nan")
         self.update()
-
-    def _on_change(self, _change) -> None:
-        if not self._quiet:
-            self.update()
 
     def update(self, sentence: str | None = None) -> str:
         """Redraw for the typed sentence (or the one given here); returns the warning shown."""
         start = time.perf_counter()
-        if sentence is not None:
-            self._quiet = True
-            try:
-                self.text.value = sentence
-            finally:
-                self._quiet = False
+        self._set_controls((self.text, sentence))
         self.batch, tokens, ids, self.message = typed_batch(self.sentences, self.vocab, self.text.value)
         unknown = [t for t in tokens if t not in self.vocab]
         notes = []
@@ -210,47 +193,10 @@ class TokenizerExplorer:
         typed, length = len(self.sentences), self.batch.shape[1]
         self.typed_row.set_data(self.grid.image.get_array()[typed: typed + 1])
         self.typed_row.set_extent((-0.5, length - 0.5, typed + 0.5, typed - 0.5))
-        if self._background_shape != tuple(self.batch.shape):
-            self._background = None                  # a new length L moves every row
         self.title.set_text(f"batch with your sentence as row {len(self.sentences)}: "
                             f"(B, L) = {tuple(self.batch.shape)}, dtype {self.batch.dtype}")
-        self._show()
-        self.last_redraw_ms = 1000 * (time.perf_counter() - start)
+        self._show(start, background=tuple(self.batch.shape))  # a new L moves every row
         return self.message
-
-    def png(self) -> bytes:
-        """The current figure as PNG bytes.
-
-        While L stays the same, a keystroke changes only the typed row and the title: the
-        other rows, their texts and the ticks (most of the drawing time) are drawn once and
-        kept as a background image.
-        """
-        from PIL import Image
-
-        if self._background is None:
-            shown = [artist.get_visible() for artist in self.moving]
-            for artist in self.moving:
-                artist.set_visible(False)
-            self.canvas.draw()
-            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
-            self._background_shape = tuple(self.batch.shape)
-            for artist, visible in zip(self.moving, shown):
-                artist.set_visible(visible)
-        else:
-            self.canvas.restore_region(self._background)
-        for artist in self.moving:
-            self.fig.draw_artist(artist)
-        width, height = self.canvas.get_width_height(physical=True)
-        buffer = io.BytesIO()
-        Image.frombuffer("RGBA", (width, height), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).save(
-            buffer, format="png", compress_level=1)
-        return buffer.getvalue()
-
-    def _show(self) -> None:
-        from IPython.display import Image, clear_output, display
-        with self.output:
-            clear_output(wait=True)
-            display(Image(data=self.png(), format="png"))
 
 
 def tokenizer_explorer(sentences, vocab: dict, sentence: str = "my cat loves attention") -> TokenizerExplorer:

@@ -232,7 +232,8 @@ def _warmup_lr(lr: float, step: int, total: int) -> float:
 def greedy_decode(params: dict, src: torch.Tensor, config: ModelConfig,
                   max_new_tokens: int | None = None) -> torch.Tensor:
     """(B, Ls) -> (B, Lt) ids starting with <bos>: append the most likely next token each step."""
-    max_new_tokens = max_new_tokens or config.max_len - 1
+    if max_new_tokens is None:
+        max_new_tokens = config.max_len - 1
     memory, src_mask = encode_source(params, src, config)
     out = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)

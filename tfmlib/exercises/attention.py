@@ -33,73 +33,55 @@ def _cases() -> list[Case]:
     return cases
 
 
+def _weigh(scores, value, mask, fill=float("-inf"), softmax_dim=-1, zero_masked=True):
+    """The rest of attention after the scores; each variant below breaks one step."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, fill)
+    weights = torch.softmax(scores, dim=softmax_dim)
+    if mask is not None and zero_masked:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ value, weights
+
+
+def _scores(query, key):
+    return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+
+
 def _scaled(scale_fn):
     def variant(query, key, value, mask=None):
         scores = query @ key.transpose(-2, -1) * scale_fn(query.size(-1))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
-        if mask is not None:
-            weights = weights.masked_fill(~mask, 0.0)
-        return weights @ value, weights
+        return _weigh(scores, value, mask)
     return variant
 
 
 def _softmax_over_queries(query, key, value, mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-2).nan_to_num(0.0)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
+    _, weights = _weigh(_scores(query, key), value, mask, softmax_dim=-2)
+    weights = weights.nan_to_num(0.0)  # a key column that every query is masked from gives NaN
     return weights @ value, weights
 
 
 def _fill_with_zero(query, key, value, mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, 0.0)
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ value, weights
+    return _weigh(_scores(query, key), value, mask, fill=0.0, zero_masked=False)
 
 
 def _nan_on_fully_masked(query, key, value, mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ value, weights
+    return _weigh(_scores(query, key), value, mask, zero_masked=False)
 
 
 def _transpose_1_2(query, key, value, mask=None):
     scores = query @ key.transpose(1, 2) / math.sqrt(query.size(-1))  # only right for 3-D input
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ value, weights
+    return _weigh(scores, value, mask)
 
 
 def _elementwise_star(query, key, value, mask=None):
     scores = query * key / math.sqrt(query.size(-1))  # elementwise: only runs when shapes agree
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ value, weights
+    return _weigh(scores, value, mask)
 
 
 def _mask_inverted(zero_after_softmax):
     def variant(query, key, value, mask=None):
-        scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-        if mask is not None:
-            scores = scores.masked_fill(mask, float("-inf"))  # hides the keys that were allowed
-        weights = torch.softmax(scores, dim=-1)
-        if mask is not None and zero_after_softmax:
-            weights = weights.masked_fill(mask, 0.0)
-        return weights @ value, weights
+        hidden = None if mask is None else ~mask  # hides the keys that were allowed
+        return _weigh(_scores(query, key), value, hidden, zero_masked=zero_after_softmax)
     return variant
 
 

@@ -42,6 +42,9 @@ def dropout(x: torch.Tensor, p: float, training: bool = True,
     require_probability("p", p)
     if not training or p == 0.0:
         return x
+    if generator is not None and generator.device.type != x.device.type:
+        raise ValueError(f"generator: expected one on x's device ({x.device}), "
+                         f"got one on {generator.device}")
     keep = torch.rand(x.shape, generator=generator, device=x.device) >= p  # True with prob 1 - p
     return x * keep / (1.0 - p)
 

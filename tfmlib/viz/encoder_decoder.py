@@ -82,7 +82,7 @@ def _style(ax, image, canvas, num_layers, num_heads, kind_label, sample_name):
     ax.set_xlim(-0.5, cols - 0.5)
     ax.set_ylim(rows - 0.5, -0.5)
     ax.set_xticks([c * (lk + 1) + (lk - 1) / 2 for c in range(num_heads)],
-                  labels=[str(c + 1) for c in range(num_heads)])
+                  labels=[str(c) for c in range(num_heads)])  # heads from 0, as in 06 and 10
     ax.set_yticks([r * (lq + 1) + (lq - 1) / 2 for r in range(num_layers)],
                   labels=[str(r + 1) for r in range(num_layers)])
     ax.set_title(f"{kind_label}, '{sample_name}'\n"

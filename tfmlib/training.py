@@ -122,11 +122,16 @@ def parameters(params) -> list[torch.Tensor]:
     return [p for value in values if value is not None for p in parameters(value)]
 
 
+def embed_with_positions(params: dict, ids: torch.Tensor, config: ModelConfig) -> torch.Tensor:
+    """ids (B, L) -> token vectors plus sinusoidal positions (B, L, D); source and target alike."""
+    pe = sinusoidal_positional_encoding(config.max_len, config.d_model,
+                                        dtype=params["embedding"].dtype, device=ids.device)
+    return add_positional_encoding(embed(ids, params["embedding"]), pe)
+
+
 def encode_source(params: dict, src: torch.Tensor, config: ModelConfig, training: bool = False):
     """src ids (B, Ls) -> memory (B, Ls, D), and the source padding mask (B, 1, 1, Ls)."""
-    pe = sinusoidal_positional_encoding(config.max_len, config.d_model,
-                                        dtype=params["embedding"].dtype, device=src.device)
-    x = add_positional_encoding(embed(src, params["embedding"]), pe)          # (B, Ls, D)
+    x = embed_with_positions(params, src, config)                             # (B, Ls, D)
     src_mask = padding_mask(src, PAD_ID)                                      # (B, 1, 1, Ls)
     memory = encoder(x, params["encoder"], config.num_heads, src_mask,
                      final_norm=params["encoder_norm"], **_options(config, training))
@@ -136,9 +141,7 @@ def encode_source(params: dict, src: torch.Tensor, config: ModelConfig, training
 def decode_target(params: dict, tgt_in: torch.Tensor, memory: torch.Tensor,
                   src_mask: torch.Tensor, config: ModelConfig, training: bool = False):
     """tgt_in ids (B, Lt), memory (B, Ls, D) -> logits (B, Lt, V)."""
-    pe = sinusoidal_positional_encoding(config.max_len, config.d_model,
-                                        dtype=memory.dtype, device=tgt_in.device)
-    y = add_positional_encoding(embed(tgt_in, params["embedding"]), pe)       # (B, Lt, D)
+    y = embed_with_positions(params, tgt_in, config)                          # (B, Lt, D)
     hidden = decoder(y, memory, params["decoder"], config.num_heads,
                      self_mask=target_mask(tgt_in, PAD_ID), memory_mask=src_mask,
                      final_norm=params["decoder_norm"], **_options(config, training))
@@ -162,17 +165,15 @@ def attention_maps(params: dict, src: torch.Tensor, tgt_in: torch.Tensor,
     with the layers called one by one so that each can hand back its weights.
     """
     options = dict(_options(config, training=False), need_weights=True)
-    pe = sinusoidal_positional_encoding(config.max_len, config.d_model,
-                                        dtype=params["embedding"].dtype, device=src.device)
     maps = {"encoder": [], "decoder_self": [], "decoder_cross": []}
     src_mask = padding_mask(src, PAD_ID)                                      # (B, 1, 1, Ls)
-    hidden = add_positional_encoding(embed(src, params["embedding"]), pe)     # (B, Ls, D)
+    hidden = embed_with_positions(params, src, config)                        # (B, Ls, D)
     for layer in params["encoder"]:
         hidden, weights = encoder_layer(hidden, layer, config.num_heads, src_mask, **options)
         maps["encoder"].append(weights)
     memory = layer_norm(hidden, params["encoder_norm"]["gamma"], params["encoder_norm"]["beta"])
     tgt_mask = target_mask(tgt_in, PAD_ID)                                    # (B, 1, Lt, Lt)
-    hidden = add_positional_encoding(embed(tgt_in, params["embedding"]), pe)  # (B, Lt, D)
+    hidden = embed_with_positions(params, tgt_in, config)                     # (B, Lt, D)
     for layer in params["decoder"]:
         hidden, (self_weights, cross_weights) = decoder_layer(
             hidden, memory, layer, config.num_heads, tgt_mask, src_mask, **options)

@@ -384,11 +384,12 @@ def test_odd_outputs_are_reported_not_raised(name, value):
     str(result), result._repr_html_()
 
 
-def test_a_learner_who_edits_the_inputs_in_place_is_judged_fairly():
+def test_an_answer_that_edits_its_inputs_in_place_fails_and_says_which():
     def add_in_place(x, pe):
         x += pe[: x.size(1)]
         return x
-    assert check("add_positional_encoding", add_in_place)
+    result = check("add_positional_encoding", add_in_place)
+    assert not result and "changed its input `x` in place" in result.message
 
     def pad_in_place(id_lists, pad_id, max_len=None):
         length = max_len or max(len(ids) for ids in id_lists)
@@ -396,7 +397,8 @@ def test_a_learner_who_edits_the_inputs_in_place_is_judged_fairly():
             del ids[length:]
             ids.extend([pad_id] * (length - len(ids)))
         return torch.tensor(id_lists, dtype=torch.long)
-    assert check("pad_batch", pad_in_place)
+    result = check("pad_batch", pad_in_place)
+    assert not result and "changed its input `id_lists` in place" in result.message
 
 
 def test_check_runs_on_one_thread_and_restores_the_number_of_threads():

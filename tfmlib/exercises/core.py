@@ -312,13 +312,16 @@ class _ExpectedRaise:
         self.kind = kind
 
 
-def check(name: str, fn) -> CheckResult:
-    """Run the learner's `fn` against the reference of exercise `name` and say what is wrong."""
+def check(name: str, fn, cases: list[Case] | None = None) -> CheckResult:
+    """Run the learner's `fn` against the reference of exercise `name` and say what is wrong.
+
+    `cases`: other cases to judge on than the exercise's own (tests use many random ones).
+    """
     threads = torch.get_num_threads()
     try:
         # The cases are tiny: extra threads only cost time, and a lot of it on a busy CPU.
         torch.set_num_threads(1)
-        return _check(name, fn)
+        return _check(name, fn, cases)
     except Exception as error:  # the checker's own bug, or an output too odd to compare
         return CheckResult(str(name), "failed", "the checker itself failed on this answer",
                            f"{type(error).__name__}: {error}\n"
@@ -328,7 +331,7 @@ def check(name: str, fn) -> CheckResult:
         torch.set_num_threads(threads)
 
 
-def _check(name: str, fn) -> CheckResult:
+def _check(name: str, fn, cases: list[Case] | None) -> CheckResult:
     exercise = REGISTRY.get(name) if isinstance(name, str) else None
     if exercise is None:
         return CheckResult(str(name), "failed", "no exercise of that name",
@@ -339,9 +342,9 @@ def _check(name: str, fn) -> CheckResult:
     if not (callable(fn) or isinstance(fn, tuple)):
         return CheckResult(name, "failed", f"expected your function, got {type(fn).__name__}",
                            f"call it as check({name!r}, my_function), without calling my_function")
-    cases = exercise.make_cases()
+    cases = exercise.make_cases() if cases is None else cases
     actual = [_run_safely(exercise, fn, case) for case in cases]
-    expected = [reference_outcome(exercise, case) for case in cases]
+    expected = [_cached_reference_outcome(exercise, case) for case in cases]
     problems = [_compare(e, a, exercise) for e, a in zip(expected, actual)]
     if all(p is None for p in problems):
         return CheckResult(name, "passed", f"all {len(cases)} cases match the reference")
@@ -393,6 +396,32 @@ def reference_outcome(exercise: Exercise, case: Case):
     if isinstance(outcome, _Raised):  # a bug of the exercise, not of the learner
         raise outcome.error
     return outcome
+
+
+_REFERENCE_OUTCOMES: dict[int, tuple[Case, Any]] = {}
+
+
+def _cached_reference_outcome(exercise: Exercise, case: Case):
+    """reference_outcome, remembered for the very same case object (a test that judges
+    hundreds of answers on one case list computes each reference outcome once)."""
+    key = id(case)
+    if key not in _REFERENCE_OUTCOMES or _REFERENCE_OUTCOMES[key][0] is not case:
+        if len(_REFERENCE_OUTCOMES) > 2000:
+            _REFERENCE_OUTCOMES.clear()
+        _REFERENCE_OUTCOMES[key] = (case, reference_outcome(exercise, case))
+    return _REFERENCE_OUTCOMES[key][1]
+
+
+def behaves_like_reference(name: str, fn, cases: list[Case]) -> bool:
+    """True when `fn` passes on every one of `cases`; stops at the first that fails."""
+    exercise = REGISTRY[name]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        return all(_compare(_cached_reference_outcome(exercise, case), _run_safely(exercise, fn, case),
+                            exercise) is None for case in cases)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _precise_outcome(exercise: Exercise, fn, case: Case):
@@ -695,6 +724,9 @@ def _python_slip(error: BaseException) -> str:
     if isinstance(error, RuntimeError) and "Boolean value of Tensor" in text:
         return ("`if mask:` asks a whole tensor for one True/False; to test whether a mask was "
                 "given, write `if mask is not None:`")
+    if isinstance(error, RuntimeError) and "numpy() on Tensor that requires grad" in text:
+        return ("this output feeds training, and autograd cannot follow a NumPy step: "
+                "stay in torch (torch.softmax, torch.exp, ...)")
     if isinstance(error, TypeError) and "__round__" in text:
         return ("round() does not take tensors, and rounding an intermediate value throws away "
                 "precision: keep the full values")

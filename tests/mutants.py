@@ -1,0 +1,352 @@
+"""Mutation test of the exercise checks: wrong versions of every reference solution, made
+mechanically from its syntax tree, must all fail their exercise's check.
+
+A mutant changes one place of one function the learner writes (the reference, or a helper
+listed in the exercise's `solution_sources`): it swaps an operator, flips a comparison,
+moves a number by one (an axis, a `dim`, a slice bound, a `range`), drops a scaling or a
+call (`.transpose(...)`, `torch.sqrt(...)`), swaps two arguments or two tuple items,
+deletes a step, negates a condition, or makes an operation in place (`x + y` on an
+argument becomes `x.add_(y)`, `t.masked_fill(...)` becomes `t.masked_fill_(...)`).
+
+A mutant is *equivalent* when it behaves like the reference on a large case set: the
+exercise's own cases plus `Exercise.random_cases(seed)` for RANDOM_SEEDS seeds, judged
+by the check engine itself (same values within tolerance, same untouched arguments, same
+gradients, the same exceptions where a case requires one). Every other mutant must be
+rejected by `check(name, mutant)`, on the exercise's own cases alone.
+
+    python tests/mutants.py [exercise ...]   # writes benchmarks/MUTANTS.md (all exercises)
+"""
+from __future__ import annotations
+
+import __future__
+import ast
+import copy
+import inspect
+import signal
+import sys
+import textwrap
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from tfmlib.exercises import REGISTRY, check
+from tfmlib.exercises.core import behaves_like_reference
+
+RANDOM_SEEDS = 8
+SECONDS_PER_CALL = 20  # a mutant that loops forever is stopped and counted as rejected
+
+_SWAPS = {ast.Add: [ast.Sub], ast.Sub: [ast.Add], ast.Mult: [ast.Div], ast.Div: [ast.Mult],
+          ast.MatMult: [ast.Mult], ast.Pow: [ast.Mult], ast.FloorDiv: [ast.Div], ast.Mod: [ast.FloorDiv]}
+_COMPARISONS = {ast.Lt: [ast.LtE, ast.GtE], ast.LtE: [ast.Lt, ast.Gt], ast.Gt: [ast.GtE, ast.LtE],
+                ast.GtE: [ast.Gt, ast.Lt], ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq],
+                ast.Is: [ast.IsNot], ast.IsNot: [ast.Is], ast.In: [ast.NotIn], ast.NotIn: [ast.In]}
+_IN_PLACE = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_"}
+_MODULES = {"torch", "math", "F", "np", "nn"}
+
+
+def _mutations(node: ast.AST, scope: _Scope) -> list[tuple[str, callable]]:
+    """Every one-place change of `node`, as (description, function making the new node)."""
+    out = []
+    c = copy.deepcopy
+    arguments = scope.arguments
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in scope.variables:
+        for other in sorted(scope.variables - {node.id}):
+            out.append((f"{node.id} -> {other}", lambda other=other: ast.Name(other, ast.Load())))
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+            and isinstance(node.slice.value, str):
+        for other in sorted(scope.keys - {node.slice.value}):
+            out.append((f"[{node.slice.value!r}] -> [{other!r}]", lambda other=other: ast.Subscript(
+                c(node.value), ast.Constant(other), c(node.ctx))))
+    if isinstance(node, ast.BinOp):
+        for op in _SWAPS.get(type(node.op), []):
+            out.append((f"{type(node.op).__name__} -> {op.__name__}",
+                        lambda op=op: ast.BinOp(c(node.left), op(), c(node.right))))
+        if isinstance(node.op, (ast.Mult, ast.Div, ast.Add, ast.Sub, ast.Pow)):
+            out.append(("keep the left operand only", lambda: c(node.left)))
+        if isinstance(node.op, (ast.Mult, ast.Add)):
+            out.append(("keep the right operand only", lambda: c(node.right)))
+        if type(node.op) in _IN_PLACE and isinstance(node.left, ast.Name) and node.left.id in arguments:
+            out.append((f"in place on argument {node.left.id}", lambda: ast.Call(
+                ast.Attribute(c(node.left), _IN_PLACE[type(node.op)], ast.Load()), [c(node.right)], [])))
+    elif isinstance(node, ast.AugAssign):
+        for op in _SWAPS.get(type(node.op), []):
+            out.append((f"{type(node.op).__name__}= -> {op.__name__}=",
+                        lambda op=op: ast.AugAssign(c(node.target), op(), c(node.value))))
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+        for op in _COMPARISONS.get(type(node.ops[0]), []):
+            out.append((f"{type(node.ops[0]).__name__} -> {op.__name__}",
+                        lambda op=op: ast.Compare(c(node.left), [op()], c(node.comparators))))
+    elif isinstance(node, ast.BoolOp):
+        other = ast.Or if isinstance(node.op, ast.And) else ast.And
+        out.append((f"{type(node.op).__name__} -> {other.__name__}",
+                    lambda: ast.BoolOp(other(), c(node.values))))
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.Invert, ast.USub)):
+        out.append((f"drop unary {type(node.op).__name__}", lambda: c(node.operand)))
+    elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        for new in ((node.value + 1, node.value - 1) if type(node.value) is int
+                    else ((1.0, 0.5) if node.value == 0 else (node.value * 2, node.value / 2, 0.0))):
+            out.append((f"{node.value!r} -> {new!r}", lambda new=new: ast.Constant(new)))
+    elif isinstance(node, ast.Constant) and type(node.value) is bool:
+        out.append((f"{node.value} -> {not node.value}", lambda: ast.Constant(not node.value)))
+    elif isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name)
+                                                    and func.value.id in _MODULES):
+            out.append((f"drop the call .{func.attr}(...)", lambda: c(func.value)))
+            if hasattr(torch.Tensor, func.attr + "_") and not func.attr.endswith("_"):
+                out.append((f".{func.attr}( -> .{func.attr}_(", lambda: ast.Call(
+                    ast.Attribute(c(func.value), func.attr + "_", ast.Load()), c(node.args), c(node.keywords))))
+        if len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
+            out.append((f"drop the call {ast.unparse(func)}(...)", lambda: c(node.args[0])))
+        if len(node.args) >= 2:
+            out.append(("swap the first two arguments", lambda: ast.Call(
+                c(func), [c(node.args[1]), c(node.args[0])] + c(node.args[2:]), c(node.keywords))))
+    elif isinstance(node, ast.Attribute) and node.attr in ("T", "mT") and isinstance(node.ctx, ast.Load):
+        out.append((f"drop .{node.attr}", lambda: c(node.value)))
+    elif isinstance(node, ast.Tuple) and len(node.elts) >= 2 and isinstance(node.ctx, ast.Load):
+        out.append(("swap the first two tuple items", lambda: ast.Tuple(
+            [c(node.elts[1]), c(node.elts[0])] + c(node.elts[2:]), ast.Load())))
+    elif isinstance(node, ast.Slice):
+        for bound in ("lower", "upper"):
+            value = getattr(node, bound)
+            if isinstance(value, ast.Name):
+                for op in (ast.Add, ast.Sub):
+                    out.append((f"slice {bound} bound {value.id} {'+' if op is ast.Add else '-'} 1",
+                                lambda bound=bound, op=op, value=value: ast.Slice(**{
+                                    **{k: c(getattr(node, k)) for k in ("lower", "upper", "step")},
+                                    bound: ast.BinOp(c(value), op(), ast.Constant(1))})))
+    elif isinstance(node, ast.IfExp):
+        out.append(("swap the branches of a conditional expression",
+                    lambda: ast.IfExp(c(node.test), c(node.orelse), c(node.body))))
+    elif isinstance(node, ast.If):
+        out.append(("negate the if condition",
+                    lambda: ast.If(ast.UnaryOp(ast.Not(), c(node.test)), c(node.body), c(node.orelse))))
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)):
+        out.append(("delete the statement", lambda: ast.Pass()))
+    return out
+
+
+@dataclass
+class _Scope:
+    """What a mutation may swap in: the function's arguments, its variables (arguments and
+    names it assigns), and the string keys it reads with [...] (params["w_1"] -> ["w_2"])."""
+    arguments: set[str]
+    variables: set[str]
+    keys: set[str]
+
+    @classmethod
+    def of(cls, tree: ast.FunctionDef) -> _Scope:
+        arguments = {a.arg for a in tree.args.args + tree.args.kwonlyargs}
+        assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        keys = {n.slice.value for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+                and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)}
+        return cls(arguments, arguments | assigned, keys)
+
+
+class _Mutator(ast.NodeTransformer):
+    """Numbers the nodes of a function body in a fixed order; lists or applies one mutation."""
+
+    def __init__(self, scope: _Scope, target: tuple[int, int] | None = None):
+        self.scope, self.target = scope, target
+        self.count, self.found = 0, []
+
+    def visit(self, node):
+        number = self.count
+        self.count += 1
+        mutations = _mutations(node, self.scope)
+        if self.target is None:
+            self.found.extend((number, i, description) for i, (description, _) in enumerate(mutations))
+        node = self.generic_visit(node)
+        if self.target is not None and self.target[0] == number:
+            return ast.copy_location(mutations[self.target[1]][1](), node)
+        return node
+
+
+def _function_tree(function) -> ast.FunctionDef:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+    tree.decorator_list = []
+    return tree
+
+
+def _body(tree: ast.FunctionDef) -> list[ast.stmt]:
+    body = tree.body
+    has_docstring = body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+        and isinstance(body[0].value.value, str)
+    return body[1:] if has_docstring else body
+
+
+def _mutation_sites(function) -> list[tuple[int, int, str]]:
+    tree = _function_tree(function)
+    mutator = _Mutator(_Scope.of(tree))
+    for statement in _body(tree):
+        mutator.visit(statement)
+    return mutator.found
+
+
+def _mutated(function, target: tuple[int, int], namespace: dict):
+    tree = _function_tree(function)
+    mutator = _Mutator(_Scope.of(tree), target)
+    start = 1 if len(_body(tree)) < len(tree.body) else 0
+    tree.body[start:] = [mutator.visit(statement) for statement in tree.body[start:]]
+    module = ast.fix_missing_locations(ast.Module([tree], []))
+    code = compile(module, f"<mutant of {function.__name__}>", "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    exec(code, namespace)
+    return namespace[function.__name__]
+
+
+@dataclass
+class Mutant:
+    exercise: str
+    function: str
+    description: str
+    line: str
+    answer: object = field(repr=False)
+
+
+def mutants(name: str) -> list[Mutant]:
+    """Every mutant of exercise `name`, as an answer to hand to check(name, ...)."""
+    exercise = REGISTRY[name]
+    references = exercise.reference if isinstance(exercise.reference, tuple) else (exercise.reference,)
+    written = exercise.solution_sources or references
+    found = []
+    for function in written:
+        source_lines = textwrap.dedent(inspect.getsource(function)).splitlines()
+        for number, option, description in _mutation_sites(function):
+            namespace = dict(function.__globals__)
+            mutant = _mutated(function, (number, option), namespace)
+            # the learner's functions, with the mutant in place and calling each other
+            namespace[function.__name__] = mutant
+            answer = tuple(mutant if f is function else _rebound(f, namespace) for f in references)
+            line = _mutated_line(function, (number, option), source_lines)
+            found.append(Mutant(name, function.__name__, description, line,
+                                answer if isinstance(exercise.reference, tuple) else answer[0]))
+    return found
+
+
+def _rebound(function, namespace: dict):
+    """`function` reading its globals from `namespace` (so that it calls the mutated helper)."""
+    rebound = types.FunctionType(function.__code__, namespace, function.__name__,
+                                 function.__defaults__, function.__closure__)
+    rebound.__kwdefaults__ = function.__kwdefaults__
+    return rebound
+
+
+def _mutated_line(function, target, source_lines) -> str:
+    """The source line of the node that mutation `target` changes."""
+    lines = []
+
+    class _Lines(ast.NodeVisitor):  # numbers nodes in the same order as _Mutator
+        def visit(self, node):
+            lines.append(getattr(node, "lineno", None))
+            self.generic_visit(node)
+    for statement in _body(_function_tree(function)):
+        _Lines().visit(statement)
+    lineno = lines[target[0]]
+    return source_lines[lineno - 1].strip() if lineno else ""
+
+
+def random_case_set(name: str) -> list:
+    exercise = REGISTRY[name]
+    if exercise.random_cases is None:
+        raise ValueError(f"exercise {name!r} has no random_cases: mutants cannot be judged equivalent")
+    cases = list(exercise.make_cases())
+    for seed in range(RANDOM_SEEDS):
+        cases.extend(exercise.random_cases(seed))
+    return cases
+
+
+@dataclass
+class Verdict:
+    mutant: Mutant
+    equivalent: bool
+    rejected: bool
+    named: str | None
+    message: str
+
+
+class _TimeOut(Exception):
+    pass
+
+
+def _with_time_limit(call):
+    def stop(signum, frame):
+        raise _TimeOut(f"more than {SECONDS_PER_CALL} s")
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(SECONDS_PER_CALL)
+    try:
+        return call()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def judge(mutant: Mutant, own_cases: list, case_set: list) -> Verdict:
+    """Rejected by the check on the exercise's own cases, equivalent, or a survivor.
+
+    A mutant the check rejects cannot be equivalent (the case set includes the own
+    cases), so the large case set is only run on the mutants that pass the check.
+    """
+    try:
+        result = _with_time_limit(lambda: check(mutant.exercise, mutant.answer, own_cases))
+        if not result:
+            return Verdict(mutant, False, True, result.mistake, result.message)
+        equivalent = _with_time_limit(lambda: behaves_like_reference(mutant.exercise, mutant.answer,
+                                                                     case_set))
+    except _TimeOut:
+        return Verdict(mutant, False, True, None, "runs forever")
+    return Verdict(mutant, equivalent, False, None, "")
+
+
+def judge_exercise(name: str) -> list[Verdict]:
+    own_cases, case_set = REGISTRY[name].make_cases(), random_case_set(name)
+    return [judge(mutant, own_cases, case_set) for mutant in mutants(name)]
+
+
+def table(results: dict[str, list[Verdict]], seconds: float) -> str:
+    lines = ["# Mutation test of the exercise checks", "",
+             "Written by `python tests/mutants.py` (see its docstring for how mutants are made and",
+             "how an equivalent mutant is decided). Every mutant that is not equivalent must be",
+             "rejected by its exercise's check; `tests/test_mutants.py` asserts it in `make test`.", "",
+             "| exercise | mutants | equivalent | non-equivalent | rejected | named by a catalogued mistake |",
+             "|---|---:|---:|---:|---:|---:|"]
+    totals = [0] * 5
+    for name, verdicts in sorted(results.items()):
+        row = [len(verdicts), sum(v.equivalent for v in verdicts),
+               sum(not v.equivalent for v in verdicts), sum(v.rejected for v in verdicts),
+               sum(v.named is not None for v in verdicts)]
+        totals = [t + r for t, r in zip(totals, row)]
+        lines.append(f"| `{name}` | " + " | ".join(map(str, row)) + " |")
+    lines.append("| **all** | " + " | ".join(f"**{t}**" for t in totals) + " |")
+    rate = 100.0 * totals[3] / totals[2] if totals[2] else 100.0
+    lines += ["", f"{rate:.1f} % of the non-equivalent mutants are rejected; "
+              f"the whole run took {seconds:.0f} s on this machine."]
+    survivors = [v for verdicts in results.values() for v in verdicts if not v.equivalent and not v.rejected]
+    if survivors:
+        lines += ["", "Mutants that passed their check:", ""]
+        lines += [f"- `{v.mutant.exercise}` / `{v.mutant.function}`: {v.mutant.description} "
+                  f"in `{v.mutant.line}`" for v in survivors]
+    return "\n".join(lines) + "\n"
+
+
+def main(names: list[str]) -> None:
+    start = time.perf_counter()
+    results = {}
+    for name in names or sorted(REGISTRY):
+        results[name] = judge_exercise(name)
+        survivors = [v for v in results[name] if not v.equivalent and not v.rejected]
+        print(f"{name}: {len(results[name])} mutants, {sum(v.equivalent for v in results[name])} "
+              f"equivalent, {len(survivors)} survived", flush=True)
+        for v in survivors:
+            print(f"    SURVIVED {v.mutant.function}: {v.mutant.description} in `{v.mutant.line}`")
+    text = table(results, time.perf_counter() - start)
+    if not names:
+        Path(__file__).resolve().parent.parent.joinpath("benchmarks", "MUTANTS.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

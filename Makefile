@@ -7,6 +7,7 @@
 #   make notebooks  run every notebook under nbval (stored outputs must match)
 #   make browser    the real-browser test (tests/browser/), installs chromium if missing
 #   make bench      python -m benchmarks
+#   make mutants    mutation test of the exercise checks; writes benchmarks/MUTANTS.md
 #   make execute    re-execute every notebook in place to refresh its stored outputs
 #   make clean      remove caches and build artefacts (keeps .venv)
 #   make distclean  clean, and remove .venv too
@@ -48,7 +49,7 @@ NOTEBOOKS_DIR := notebooks
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test unit notebooks browser bench execute chromium clean distclean
+.PHONY: help install course test unit notebooks browser bench mutants execute chromium clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -93,6 +94,9 @@ browser: install chromium
 
 bench: install
 	$(TEST_ENV) $(PY) -m benchmarks
+
+mutants: install
+	$(TEST_ENV) $(PY) -W ignore tests/mutants.py
 
 # Same environment as the tests, so that the refreshed outputs are the ones
 # nbval will compare against.

@@ -421,3 +421,162 @@ def test_tensor_outputs_on_the_wrong_kind_are_named_in_words():
     assert "expected a list of" in result.message and "got Tensor" in result.message
     result = check("decode", lambda ids, vocab, skip_specials=True: 7)
     assert result.message == "output: expected a str, got int (7)"
+
+
+# ---- what PASS means: arguments, precision, gradients, naming on every case ---------------------
+
+def _scale_rows(x, factor):
+    return x * factor
+
+
+def _scale_cases():
+    g = torch.Generator().manual_seed(0)
+    return [Case("(2, 3)", (torch.randn(2, 3, generator=g), 2.0)),
+            Case("(4, 1)", (torch.randn(4, 1, generator=g), -0.5))]
+
+
+def test_only_the_arguments_an_exercise_updates_may_change(toy):
+    def in_place(x, factor):
+        return x.mul_(factor)
+    toy("toy_scale", reference=_scale_rows, make_cases=_scale_cases)
+    result = check("toy_scale", in_place)
+    assert not result and "changed its input `x` in place" in result.message
+    assert "x = x + pe" in result.details  # says how to do it instead
+
+    toy("toy_scale_in_place", reference=in_place, make_cases=_scale_cases, updates=("x",))
+    assert check("toy_scale_in_place", in_place)
+    result = check("toy_scale_in_place", _scale_rows)
+    assert result, "an exercise that allows an update does not demand it"
+
+
+def test_an_in_place_mistake_is_named_when_it_is_catalogued(toy):
+    def in_place(x, factor):
+        x *= factor
+        return x
+    toy("toy_scale", reference=_scale_rows, make_cases=_scale_cases,
+        mistakes=[Mistake("x scaled in place", "multiply into a new tensor", in_place)])
+    result = check("toy_scale", lambda x, factor: x.mul_(factor))
+    assert result.mistake == "x scaled in place"
+
+
+def _variance(x):
+    return x.var(dim=-1, unbiased=False)
+
+
+def _tiny_spread_cases():
+    g = torch.Generator().manual_seed(1)
+    return [Case("large offset, tiny spread", (1000.0 + 1e-2 * torch.randn(3, 50, generator=g),))]
+
+
+def test_a_more_accurate_answer_passes_and_so_does_the_float32_reference(toy):
+    toy("toy_variance", reference=_variance, make_cases=_tiny_spread_cases, atol=1e-9, rtol=1e-6)
+    assert check("toy_variance", _variance)
+    assert check("toy_variance", lambda x: x.double().var(dim=-1, unbiased=False).float())
+    one_pass = lambda x: (x * x).mean(-1) - x.mean(-1) ** 2  # noqa: E731 (cancels catastrophically)
+    assert not check("toy_variance", one_pass)
+
+
+def test_the_element_shown_is_the_one_that_fails_worst_not_the_largest_error(toy):
+    def reference(x):
+        return x
+
+    def cases():
+        return [Case("big and small", (torch.tensor([1000.0, 1e-3]),))]
+
+    toy("toy_identity", reference=reference, make_cases=cases, atol=1e-6, rtol=1e-3)
+    # 0.5 off at 1000 is within rtol; 1e-3 off at 1e-3 is not
+    result = check("toy_identity", lambda x: x + torch.tensor([0.5, 1e-3]))
+    assert "worst at index (1,)" in result.details and "values differ at 1 of 2" in result.message
+
+
+def _softmax_rows(x):
+    return torch.softmax(x, dim=-1)
+
+
+def test_gradients_must_flow_back_to_the_inputs(toy):
+    import numpy as np
+
+    def numpy_softmax(x):
+        e = np.exp(x.detach().numpy())
+        return torch.from_numpy(e / e.sum(-1, keepdims=True))
+
+    def detached(x):
+        return torch.softmax(x, dim=-1).detach()
+
+    toy("toy_softmax", reference=_softmax_rows, make_cases=_scale_cases_one, gradients=True)
+    assert check("toy_softmax", _softmax_rows)
+    assert check("toy_softmax", lambda x: x.exp() / x.exp().sum(-1, keepdim=True))
+    for wrong in (numpy_softmax, detached):
+        result = check("toy_softmax", wrong)
+        assert not result and "no gradient flows back" in result.message, str(result)
+
+    def numpy_on_input(x):
+        return torch.tensor(np.exp(x.numpy()))
+    result = check("toy_softmax", numpy_on_input)
+    assert "autograd cannot follow a NumPy step" in result.details
+
+    def half_detached(x):  # right values, but the gradient only reaches through the numerator
+        return x.exp() / x.exp().sum(-1, keepdim=True).detach()
+    result = check("toy_softmax", half_detached)
+    assert not result and "the gradient reaching `x`" in result.message
+
+
+def _scale_cases_one():
+    return [Case(c.label, c.args[:1]) for c in _scale_cases()]
+
+
+def test_a_mistake_is_named_only_when_it_explains_every_case(toy):
+    def wrong_on_first_case_only(x):
+        return math.sqrt(x) * (2.0 if x == 4.0 else 1.0)
+    toy("toy_sqrt", mistakes=[Mistake("doubled", "do not double it", _times(2.0))])
+    result = check("toy_sqrt", wrong_on_first_case_only)
+    assert result.status == "failed" and result.mistake is None
+    assert "case 1 of 4 (4)" in result.details
+
+
+def test_a_crash_of_another_type_is_named_only_with_a_shared_wrong_value(toy):
+    def crashes_on_two_else_doubles(x):
+        if x == 2.0:
+            raise IndexError("two")
+        return _times(2.0)(x)
+
+    def variant(x):
+        if x == 2.0:
+            raise KeyError("two")
+        return _times(2.0)(x)
+    toy("toy_sqrt", mistakes=[Mistake("doubled", "do not double it", variant)])
+    assert check("toy_sqrt", crashes_on_two_else_doubles).mistake == "doubled"
+
+
+@pytest.mark.parametrize("slip, hint", [
+    ("params.w_q", "params['w_q'], not params.w_q"),
+    ("ctx", "`ctx` is used before anything was assigned to it (you have `context`"),
+    ("if_mask", "if mask is not None:"),
+    ("round", "round() does not take tensors"),
+])
+def test_the_classic_python_slips_get_a_hint(slip, hint):
+    def answer(query, key, value, mask=None):
+        context = query
+        if slip == "params.w_q":
+            return {"w": 1}.w_q
+        if slip == "ctx":
+            return ctx  # noqa: F821
+        if slip == "if_mask":
+            scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+            if mask:  # fine while mask is None, a crash on the first real mask
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores, dim=-1)
+            return weights @ value, weights
+        return round(query, 2)
+    result = check("scaled_dot_product_attention", answer)
+    assert not result and hint in result.details, str(result)
+
+
+def test_a_diagnosis_never_prints_a_whole_params_dict_or_a_long_tensor():
+    from tfmlib.exercises.core import _describe
+    params = {"self_attn": {"w_q": torch.zeros(8, 8), "b_q": torch.zeros(8)}, "norm1": {"gamma": torch.ones(8)}}
+    assert _describe(params) == "{self_attn: dict(w_q, b_q), norm1: dict(gamma)}"
+    assert _describe([params, params, params]) == "list of 3 dicts"
+    assert _describe(torch.zeros(100, 100)) == "float32(100, 100)"
+    result = check("multi_head_attention", lambda *args, **kwargs: args[3])
+    assert len(str(result)) < 1500 and "tensor(" not in str(result)

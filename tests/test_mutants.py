@@ -1,0 +1,35 @@
+"""Every mechanically made wrong version of a reference solution fails its exercise's check.
+
+tests/mutants.py makes the mutants and decides which are equivalent (they behave like the
+reference on the exercise's own cases plus many random ones); see its docstring. Each
+exercise is one test, so a failure lists that exercise's surviving mutants. The table in
+benchmarks/MUTANTS.md is written by `make mutants` from the same functions.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutants import judge_exercise  # noqa: E402
+
+from tfmlib.exercises import REGISTRY  # noqa: E402
+
+# Exercises whose reference is too short to give 30 non-equivalent mutants: for these
+# every non-equivalent mutant the generator can make must be rejected, however few.
+SHORT = {"causal_mask", "padding_mask", "shift_right"}
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_non_equivalent_mutant_is_rejected(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # mutants trip torch's deprecation warnings on purpose
+        verdicts = judge_exercise(name)
+    survivors = [v for v in verdicts if not v.equivalent and not v.rejected]
+    assert not survivors, "mutants that passed the check:\n" + "\n".join(
+        f"  {v.mutant.function}: {v.mutant.description} in `{v.mutant.line}`" for v in survivors)
+    non_equivalent = sum(not v.equivalent for v in verdicts)
+    assert name in SHORT or non_equivalent >= 30, f"only {non_equivalent} non-equivalent mutants"

@@ -12,19 +12,41 @@ from .core import Case, Exercise, Mistake, register
 
 # ---- embed ------------------------------------------------------------------------------------
 
+def _ids_and_table(g, batch, length, vocab_size, d_model):
+    return (torch.randint(0, vocab_size, (batch, length), generator=g),
+            torch.randn(vocab_size, d_model, generator=g))
+
+
 def _embed_cases() -> list[Case]:
     g = torch.Generator().manual_seed(3)
-
-    def ids_and_table(batch, length, vocab_size, d_model):
-        return (torch.randint(0, vocab_size, (batch, length), generator=g),
-                torch.randn(vocab_size, d_model, generator=g))
-
     return [
-        Case("(B, L) ids, (V, D) table", ids_and_table(2, 5, 11, 6)),
-        Case("odd d_model, L = 1", ids_and_table(3, 1, 7, 9)),
-        Case("one sentence, D = 16", ids_and_table(1, 4, 20, 16)),
-        Case("scale=False: the plain lookup", ids_and_table(2, 3, 5, 4), {"scale": False}),
+        Case("(B, L) ids, (V, D) table", _ids_and_table(g, 2, 5, 11, 6)),
+        Case("odd d_model, L = 1", _ids_and_table(g, 3, 1, 7, 9)),
+        Case("one sentence, D = 16", _ids_and_table(g, 1, 4, 20, 16)),
+        Case("a vocabulary of 2 words", _ids_and_table(g, 2, 3, 2, 8)),
+        Case("scale=False: the plain lookup", _ids_and_table(g, 2, 3, 5, 4), {"scale": False}),
     ]
+
+
+def _embed_random_cases(seed: int) -> list[Case]:
+    """(B, L) ids into a (V, D) table of any size (V = 1, D = 1, odd D), scale on and off,
+    and a float64 table."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(low, high):
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    sizes = [(1, 1, 1, 1), (2, 1, 3, 2)] + [(draw(1, 4), draw(1, 7), draw(1, 20), draw(1, 12))
+                                           for _ in range(6)]             # (B, L, V, D)
+    cases = []
+    for batch, length, vocab_size, d_model in sizes:
+        ids, table = _ids_and_table(g, batch, length, vocab_size, d_model)
+        for scale in (True, False):
+            cases.append(Case(f"B={batch}, L={length}, V={vocab_size}, D={d_model}, scale={scale}",
+                              (ids, table), {"scale": scale}))
+    ids, table = _ids_and_table(g, 2, 3, 6, 5)
+    cases.append(Case("a float64 table", (ids, table.double())))
+    return cases
 
 
 def _embedder(factor, *, always=False):
@@ -34,17 +56,26 @@ def _embedder(factor, *, always=False):
     return variant
 
 
+def _table_scaled_in_place(token_ids, table, scale=True):
+    if scale:
+        table *= math.sqrt(table.size(1))
+    return table[token_ids]
+
+
 register(Exercise(
     name="embed",
     reference=embed,
     make_cases=_embed_cases,
+    random_cases=_embed_random_cases,
+    gradients=True,    # the table is trained through this lookup
     mistakes=[
         Mistake("divided by sqrt(d_model) instead of multiplied",
                 "embeddings are scaled UP: multiply by math.sqrt(d_model) (it is attention scores that "
                 "are divided by sqrt(d_k))",
                 _embedder(lambda table: 1 / math.sqrt(table.size(1)))),
         Mistake("no scaling",
-                "multiply the looked-up rows by math.sqrt(d_model) when scale is True",
+                "multiply the looked-up rows by math.sqrt(d_model) when scale is True (GPT-2 and BERT "
+                "do without it; the original Transformer, which this course follows, has it)",
                 _embedder(lambda table: 1.0)),
         Mistake("multiplied by d_model instead of sqrt(d_model)",
                 "the factor is the square root: math.sqrt(d_model)",
@@ -55,6 +86,10 @@ register(Exercise(
         Mistake("scale=False ignored",
                 "only multiply by sqrt(d_model) when scale is True; scale=False is the plain lookup",
                 _embedder(lambda table: math.sqrt(table.size(1)), always=True)),
+        Mistake("the embedding table scaled in place",
+                "`table *= math.sqrt(d_model)` rescales the model's own table at every call: scale the "
+                "looked-up rows instead, table[token_ids] * math.sqrt(d_model)",
+                _table_scaled_in_place),
     ],
 ))
 
@@ -63,7 +98,7 @@ register(Exercise(
 
 def _pe_cases() -> list[Case]:
     return [Case(f"max_len={max_len}, d_model={d_model}", (max_len, d_model))
-            for max_len, d_model in ((7, 6), (12, 10), (5, 16), (50, 4), (9, 8), (3, 2))]
+            for max_len, d_model in ((7, 6), (12, 10), (5, 16), (50, 4), (9, 8), (3, 2), (1, 6))]
 
 
 def _pe(*, exponent=lambda i, d: 2 * i / d, angle=None, swap=False, halves=False, first_position=0,
@@ -86,6 +121,15 @@ def _pe(*, exponent=lambda i, d: 2 * i / d, angle=None, swap=False, halves=False
     return variant
 
 
+def _pe_random_cases(seed: int) -> list[Case]:
+    """Any length from 1 and any even d_model from 2 (max_len stays under 64: at longer
+    lengths a float32 angle, as in the Annotated Transformer, drifts past the tolerance)."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = [(1, 2), (1, 8), (4, 2)] + [(int(torch.randint(1, 65, (), generator=g)),
+                                         2 * int(torch.randint(1, 33, (), generator=g))) for _ in range(7)]
+    return [Case(f"max_len={max_len}, d_model={d_model}", (max_len, d_model)) for max_len, d_model in sizes]
+
+
 # Sizes a learner may have hard-coded (the notebook's, the paper's, ...), besides 512.
 _COMMON_D_MODELS = (4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256, 768, 1024)
 
@@ -94,10 +138,17 @@ def _fixed_d_model(d_fixed):
     return _pe(exponent=lambda i, d: 2 * i / d_fixed)
 
 
+# fairseq and tensor2tensor: [sin | cos] halves, frequencies spaced by log(10000) / (D/2 - 1);
+# fairseq divides by zero at d_model = 2 (a ZeroDivisionError), tensor2tensor by max(D/2 - 1, 1).
+_FAIRSEQ = _pe(exponent=lambda i, d: i * (1 / (d // 2 - 1)), halves=True)
+_TENSOR2TENSOR = _pe(exponent=lambda i, d: i / max(d // 2 - 1, 1), halves=True)
+
+
 register(Exercise(
     name="sinusoidal_positional_encoding",
     reference=sinusoidal_positional_encoding,
     make_cases=_pe_cases,
+    random_cases=_pe_random_cases,
     atol=1e-4,
     mistakes=[
         Mistake("frequency term fixed for one d_model",
@@ -122,8 +173,13 @@ register(Exercise(
                 "frequencies fall with i: pos * base ** (-2i / d_model), i.e. pos / base ** (2i / d_model)",
                 _pe(exponent=lambda i, d: -2 * i / d)),
         Mistake("sin and cos in two halves instead of interleaved",
-                "fill the columns alternately: pe[:, 0::2] = sin, pe[:, 1::2] = cos (not torch.cat)",
+                "fill the columns alternately: pe[:, 0::2] = sin, pe[:, 1::2] = cos (torch.cat gives the "
+                "[sin | cos] halves of fairseq and tensor2tensor, not the paper's layout)",
                 _pe(halves=True)),
+        Mistake("the fairseq / tensor2tensor encoding instead of the paper's",
+                "those libraries put all sines, then all cosines, at pos * exp(-i * log(10000) / (D/2 - 1)); "
+                "the paper's interleaves them at pos / 10000 ** (2i / d_model)",
+                _FAIRSEQ, also=(_TENSOR2TENSOR,)),
         Mistake("positions counted from 1",
                 "the first position is 0: torch.arange(max_len)",
                 _pe(first_position=1)),
@@ -139,19 +195,51 @@ register(Exercise(
 def _add_cases() -> list[Case]:
     g = torch.Generator().manual_seed(4)
     pe_16x6 = sinusoidal_positional_encoding(16, 6)
-    pe_5x4 = sinusoidal_positional_encoding(5, 4)
+    pe_3x6 = sinusoidal_positional_encoding(3, 6)
     return [
         Case("(B, L, D) with a longer pe", (torch.randn(3, 5, 6, generator=g), pe_16x6)),
         Case("one sentence (B = 1)", (torch.randn(1, 7, 6, generator=g), pe_16x6)),
-        Case("pe exactly L rows long", (torch.randn(2, 5, 4, generator=g), pe_5x4)),
+        Case("pe exactly L rows long, fewer than B", (torch.randn(4, 3, 6, generator=g), pe_3x6)),
         Case("L = 1", (torch.randn(4, 1, 6, generator=g), pe_16x6)),
     ]
+
+
+def _add_random_cases(seed: int) -> list[Case]:
+    """x (B, L, D) and a pe (max_len >= L, D), sinusoidal or learned (random): L = 1, L = max_len,
+    B = 1, B = L, D = 2, odd D, float64."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(low, high):
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    sizes = [(1, 1, 2, 1), (3, 3, 4, 3), (2, 4, 5, 4)]        # (B, L, D, max_len)
+    for _ in range(6):
+        length = draw(1, 8)
+        sizes.append((draw(1, 4), length, draw(1, 9), length + draw(0, 6)))
+    cases = []
+    for batch, length, d_model, max_len in sizes:
+        x = torch.randn(batch, length, d_model, generator=g)
+        learned = torch.randn(max_len, d_model, generator=g)
+        cases.append(Case(f"B={batch}, L={length}, D={d_model}, learned pe of {max_len} rows", (x, learned)))
+        if d_model % 2 == 0:
+            cases.append(Case(f"B={batch}, L={length}, D={d_model}, sinusoidal pe of {max_len} rows",
+                              (x, sinusoidal_positional_encoding(max_len, d_model))))
+    x, pe = torch.randn(2, 3, 4, generator=g), torch.randn(5, 4, generator=g)
+    cases.append(Case("float64", (x.double(), pe.double())))
+    return cases
+
+
+def _added_in_place(x, pe):
+    x += pe[: x.size(1)]
+    return x
 
 
 register(Exercise(
     name="add_positional_encoding",
     reference=add_positional_encoding,
     make_cases=_add_cases,
+    random_cases=_add_random_cases,
+    gradients=True,    # x comes from the embedding table, and a learned pe is trained too
     mistakes=[
         Mistake("pe not sliced to the sequence length",
                 "pe has max_len rows; add only the first L of them: x + pe[:x.size(1)]",
@@ -168,6 +256,9 @@ register(Exercise(
         Mistake("concatenated instead of added",
                 "positions are ADDED to the embeddings, giving the same (B, L, D) shape",
                 lambda x, pe: torch.cat([x, pe[: x.size(1)].expand_as(x)], dim=-1)),
+        Mistake("x changed in place (x += pe)",
+                "`x += pe[:L]` overwrites the caller's embeddings: return a new tensor, x + pe[:x.size(1)]",
+                _added_in_place),
     ],
 ))
 
@@ -182,7 +273,30 @@ def _rope_cases() -> list[Case]:
         Case("(B, H, L, D) with B != L", (torch.randn(3, 2, 6, 8, generator=g),)),
         Case("positions given (an offset of 4)", (torch.randn(2, 3, 6, generator=g),),
              {"positions": torch.arange(4, 7)}),
+        Case("one position, one pair (L = 1, D = 2)", (torch.randn(3, 1, 2, generator=g),)),
     ]
+
+
+def _rope_random_cases(seed: int) -> list[Case]:
+    """x (..., L, D) with 0 to 3 leading axes, L = 1, D = 2, float64; positions None, an offset,
+    or any L integer positions."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(low, high):
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    shapes = [(1, 2), (3, 1, 2), (2, 2, 1, 6)] + [
+        tuple(draw(1, 3) for _ in range(draw(0, 3))) + (draw(1, 7), 2 * draw(1, 6)) for _ in range(6)]
+    cases = []
+    for shape in shapes:
+        x, length, offset = torch.randn(shape, generator=g), shape[-2], draw(1, 50)
+        cases += [Case(f"x {shape}", (x,)),
+                  Case(f"x {shape}, positions from {offset}", (x,),
+                       {"positions": torch.arange(offset, offset + length)}),
+                  Case(f"x {shape}, positions in any order", (x,),
+                       {"positions": torch.randint(0, 64, (length,), generator=g)})]
+    cases.append(Case("float64", (torch.randn(2, 5, 4, generator=g).double(),)))
+    return cases
 
 
 def _rope(*, pairs="interleaved", sign=1.0, swap=False, exponent=lambda i, d: 2 * i / d,
@@ -210,15 +324,37 @@ def _rope(*, pairs="interleaved", sign=1.0, swap=False, exponent=lambda i, d: 2 
     return variant
 
 
+def _rope_positions_ignored(x, positions=None):
+    return _rope()(x)
+
+
+def _written_into_x(*, views):
+    """The rotation written back into x's even and odd columns: the caller's x is overwritten,
+    and when the columns are read through views, the second line reads the first one's result."""
+    def variant(x, positions=None):
+        length, dim = x.shape[-2:]
+        positions = torch.arange(length) if positions is None else positions
+        angle = positions.double()[:, None] * 10000.0 ** (-torch.arange(0, dim, 2).double() / dim)
+        cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)   # (L, D/2)
+        even, odd = (x[..., 0::2], x[..., 1::2]) if views else (x[..., 0::2].clone(), x[..., 1::2].clone())
+        x[..., 0::2] = even * cos - odd * sin
+        x[..., 1::2] = even * sin + odd * cos
+        return x
+    return variant
+
+
 register(Exercise(
     name="apply_rope",
     reference=apply_rope,
     make_cases=_rope_cases,
+    random_cases=_rope_random_cases,
     solution_sources=(emb.rotate_half_pairs, apply_rope),
     atol=1e-4,
+    gradients=True,    # queries and keys are rotated inside the trained model
     mistakes=[
         Mistake("halves rotated instead of interleaved pairs",
-                "this course rotates neighbouring pairs (x[2i], x[2i+1]), not x[i] with x[i + D/2]",
+                "that is the GPT-NeoX / Hugging Face layout, x[i] with x[i + D/2]; this course, like the "
+                "RoFormer paper and Meta's Llama, rotates neighbouring pairs (x[2i], x[2i+1])",
                 _rope(pairs="halves")),
         Mistake("rotation sign flipped",
                 "each pair (a, b) turns to (a cos - b sin, a sin + b cos): rotate_half gives (-b, a)",
@@ -235,5 +371,13 @@ register(Exercise(
         Mistake("positions taken from the wrong axis",
                 "x is (..., L, D): the length is x.size(-2), not x.size(0) or x.size(1)",
                 _rope(length_axis=0), also=(_rope(length_axis=1),)),
+        Mistake("positions argument ignored",
+                "when positions is given, rotate by those positions, not by 0..L-1 (a decoder generating "
+                "one token at a time passes its offset)",
+                _rope_positions_ignored),
+        Mistake("x overwritten in place",
+                "writing into x[..., 0::2] changes the caller's tensor (and every view read from it): "
+                "build a new one, e.g. torch.stack((new_even, new_odd), dim=-1).flatten(-2)",
+                _written_into_x(views=False), also=(_written_into_x(views=True),)),
     ],
 ))

@@ -30,6 +30,24 @@ def _batch_cases(seed: int) -> list[Case]:
     ]
 
 
+def _batch_random_cases(seed: int) -> list[Case]:
+    """(B, L) right-padded ids of any size: B = 1, L = 1, rows as long as L, of length 1 or of
+    padding only; pad id 0 or another, with id 0 then a real token."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(low, high):
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    cases = [Case("one token", (_ids([1], 1, 0, g), 0)),
+             Case("one pad token, pad id 2", (_ids([0], 1, 2, g), 2))]
+    for _ in range(8):
+        batch, max_len, pad_id = draw(1, 5), draw(1, 9), draw(0, 3)
+        lengths = [draw(0, max_len) for _ in range(batch)]
+        cases.append(Case(f"lengths {lengths} of {max_len}, pad id {pad_id}",
+                          (_ids(lengths, max_len, pad_id, g), pad_id)))
+    return cases
+
+
 def _as(dtype, fn):
     return lambda *args: fn(*args).to(dtype)
 
@@ -52,18 +70,36 @@ def _pad_zero(token_ids, pad_id):
     return (token_ids != 0)[:, None, None, :]
 
 
+def _key_padding_mask(token_ids, pad_id):    # what nn.MultiheadAttention's key_padding_mask takes
+    return token_ids == pad_id
+
+
+def _hugging_face_attention_mask(token_ids, pad_id):
+    return (token_ids != pad_id).long()
+
+
 register(Exercise(
     name="padding_mask",
     reference=padding_mask,
     make_cases=lambda: _batch_cases(41),
+    random_cases=_batch_random_cases,
     mistakes=[
         Mistake("padding mask on the query axis",
                 "padding hides KEYS: the mask must be (B, 1, 1, L), e.g. mask[:, None, None, :], "
                 "not (B, 1, L, 1)",
                 _pad_query_axis),
         Mistake("polarity inverted",
-                "True means 'may attend': real tokens are True, padding is False (token_ids != pad_id)",
+                "True means 'may attend' here (as in F.scaled_dot_product_attention, while "
+                "nn.MultiheadAttention reads True as blocked): real tokens are True, token_ids != pad_id",
                 _pad_inverted),
+        Mistake("PyTorch's key_padding_mask instead of this course's mask",
+                "nn.MultiheadAttention's key_padding_mask is (B, L) and True on padding; here True means "
+                "'may attend', shaped (B, 1, 1, L): (token_ids != pad_id)[:, None, None, :]",
+                _key_padding_mask),
+        Mistake("Hugging Face's attention_mask instead of this course's mask",
+                "Hugging Face's attention_mask is (B, L) of 1s and 0s; here the mask is bool and (B, 1, 1, L), "
+                "to broadcast onto the scores: (token_ids != pad_id)[:, None, None, :]",
+                _hugging_face_attention_mask),
         Mistake("not reshaped to (B, 1, 1, L)",
                 "add the head and query axes: (token_ids != pad_id)[:, None, None, :] gives (B, 1, 1, L)",
                 lambda token_ids, pad_id: token_ids != pad_id,
@@ -87,16 +123,27 @@ def _causal_cases() -> list[Case]:
     return [Case(f"seq_len={n}", (n,)) for n in (5, 1, 2, 7)]
 
 
+def _causal_random_cases(seed: int) -> list[Case]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = [1, 2, 3] + torch.randint(4, 40, (5,), generator=g).tolist()
+    return [Case(f"seq_len={n}", (n,)) for n in lengths]
+
+
 def _triangle(keep):
     def variant(seq_len):
         return keep(torch.ones(seq_len, seq_len, dtype=torch.bool))[None, None]
     return variant
 
 
+def _additive_mask(seq_len):    # nn.Transformer.generate_square_subsequent_mask(seq_len)
+    return torch.full((seq_len, seq_len), float("-inf")).triu(1)
+
+
 register(Exercise(
     name="causal_mask",
     reference=causal_mask,
     make_cases=_causal_cases,
+    random_cases=_causal_random_cases,
     mistakes=[
         Mistake("upper triangle: query i sees the future",
                 "query i (row) may see keys 0..i (columns): keep the LOWER triangle, torch.tril",
@@ -108,9 +155,13 @@ register(Exercise(
                 "tril(ones, 1) lets query i see key i+1; use tril with the default diagonal 0",
                 _triangle(lambda m: m.tril(1))),
         Mistake("polarity inverted (True marks the future)",
-                "True means 'may attend': the allowed lower triangle is True; "
-                "triu(ones, diagonal=1) marks what is hidden, so invert it with ~",
+                "True means 'may attend' here: the allowed lower triangle is True; triu(ones, diagonal=1) "
+                "is nn.MultiheadAttention's convention (True = blocked), so invert it with ~",
                 _triangle(lambda m: m.triu(1))),
+        Mistake("nn.Transformer's float mask instead of a bool one",
+                "generate_square_subsequent_mask gives a float mask ADDED to the scores (0 allowed, -inf "
+                "hidden); here the mask is bool, True = may attend: ones(L, L, dtype=torch.bool).tril()",
+                _additive_mask, also=(lambda seq_len: _additive_mask(seq_len)[None, None],)),
         Mistake("not reshaped to (1, 1, L, L)",
                 "add the batch and head axes: mask[None, None] gives (1, 1, L, L)",
                 lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool).tril(),
@@ -146,6 +197,7 @@ register(Exercise(
     name="target_mask",
     reference=target_mask,
     make_cases=lambda: _batch_cases(43),
+    random_cases=_batch_random_cases,
     solution_sources=(padding_mask, causal_mask, target_mask),
     mistakes=[
         Mistake("combined with | instead of &",
@@ -169,7 +221,8 @@ register(Exercise(
                 "token_ids is (B, L): the causal mask is L x L with L = token_ids.size(1)",
                 _target(causal=lambda ids: causal_mask(ids.size(0)))),
         Mistake("polarity inverted",
-                "True means 'may attend': real keys in the past (and the diagonal) are True",
+                "True means 'may attend' here (nn.MultiheadAttention reads True as blocked): real keys "
+                "in the past, and on the diagonal, are True",
                 _target(combine=lambda p, c: ~(p & c))),
         Mistake("causal part flipped (upper triangle)",
                 "the causal part keeps the LOWER triangle: query i sees keys 0..i",

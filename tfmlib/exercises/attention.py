@@ -33,6 +33,43 @@ def _cases() -> list[Case]:
     return cases
 
 
+def _random_cases(seed: int) -> list[Case]:
+    """Every kind of case above with random sizes, plus the contract's edges: no batch axis,
+    Lq = 1, Lk = 1, d_k = 1, an empty batch, float64, 2-D and per-query masks."""
+    g = torch.Generator().manual_seed(500 + seed)
+
+    def size(low, high):
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    def case(label, lead, mask=None, visible=0.7, dtype=torch.float32, d_k=None, **lengths):
+        """`lead`: the leading axes, from "B" and "H"; `mask`: its shape, from "B", "1", "q", "k";
+        `lengths`: sizes to fix instead of drawing them (B=0, q=1, ...)."""
+        n = {"B": size(1, 3), "H": size(1, 3), "q": size(1, 6), "k": size(1, 6), "1": 1, **lengths}
+        d_k, d_v = d_k or size(1, 9), size(1, 9)
+        lead = tuple(n[axis] for axis in lead)
+        scale = 0.5 + 2.5 * float(torch.rand((), generator=g))  # soft and sharp softmaxes
+        q, k, v = (scale * torch.randn(*lead, n["q"], d_k, generator=g, dtype=dtype),
+                   torch.randn(*lead, n["k"], d_k, generator=g, dtype=dtype),
+                   torch.randn(*lead, n["k"], d_v, generator=g, dtype=dtype))
+        kwargs = {} if mask is None else {
+            "mask": torch.rand(tuple(n[axis] for axis in mask), generator=g) < visible}
+        return Case(label, (q, k, v), kwargs)
+
+    return [
+        case("3-D, no mask", "B"),
+        case("4-D with heads, no mask", "BH"),
+        case("padding mask (B, 1, 1, Lk)", "BH", "B11k"),
+        case("per-query mask (B, 1, Lq, Lk)", "BH", "B1qk", visible=0.5),
+        case("shared mask (1, 1, Lq, Lk), some rows fully masked", "BH", "11qk", visible=0.3),
+        case("3-D with a 2-D mask (Lq, Lk)", "B", "qk"),
+        case("no batch axis: (Lq, d_k)", "", "qk"),
+        case("one query, one key, d_k = 1", "BH", "B11k", visible=0.5, q=1, k=1, d_k=1),
+        case("one key", "B", k=1),
+        case("empty batch", "BH", "B11k", B=0),
+        case("float64", "BH", "B1qk", dtype=torch.float64),
+    ]
+
+
 def _weigh(scores, value, mask, fill=float("-inf"), softmax_dim=-1, zero_masked=True):
     """The rest of attention after the scores; each variant below breaks one step."""
     if mask is not None:
@@ -60,8 +97,31 @@ def _softmax_over_queries(query, key, value, mask=None):
     return weights @ value, weights
 
 
-def _fill_with_zero(query, key, value, mask=None):
-    return _weigh(_scores(query, key), value, mask, fill=0.0, zero_masked=False)
+def _fill_with_zero(zero_after_softmax):
+    def variant(query, key, value, mask=None):
+        return _weigh(_scores(query, key), value, mask, fill=0.0, zero_masked=zero_after_softmax)
+    return variant
+
+
+def _large_negative_fill(fill_for_dtype):
+    """The Annotated Transformer's -1e9 (or Hugging Face's finfo.min), and nothing after the
+    softmax: a query with no visible key gets uniform weights instead of zeros."""
+    def variant(query, key, value, mask=None):
+        return _weigh(_scores(query, key), value, mask, fill=fill_for_dtype(query.dtype),
+                      zero_masked=False)
+    return variant
+
+
+def _mask_after_softmax(query, key, value, mask=None):
+    weights = torch.softmax(_scores(query, key), dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)  # the visible keys keep only their old share
+    return weights @ value, weights
+
+
+def _query_scaled_in_place(query, key, value, mask=None):
+    query /= math.sqrt(query.size(-1))  # right scores, but the caller's query is divided too
+    return _weigh(query @ key.transpose(-2, -1), value, mask)
 
 
 def _nan_on_fully_masked(query, key, value, mask=None):
@@ -89,10 +149,16 @@ def _d_k_from_keys_length(query, key, value, mask=None):
     return _scaled(lambda d_k: 1 / math.sqrt(key.size(-2)))(query, key, value, mask)
 
 
+def _d_k_from_values(query, key, value, mask=None):
+    return _scaled(lambda d_k: 1 / math.sqrt(value.size(-1)))(query, key, value, mask)
+
+
 register(Exercise(
     name="scaled_dot_product_attention",
     reference=scaled_dot_product_attention,
     make_cases=_cases,
+    random_cases=_random_cases,
+    gradients=True,
     output_names=("context", "weights"),
     nan_hint="a query row whose keys are all masked must give zero weights and a zero context, not NaN",
     mistakes=[
@@ -103,17 +169,31 @@ register(Exercise(
                 "scale by 1 / sqrt(d_k), not 1 / d_k: math.sqrt(query.size(-1))",
                 _scaled(lambda d_k: 1 / d_k)),
         Mistake("no scaling",
-                "divide Q @ K^T by sqrt(d_k) before the softmax",
+                "Luong's dot-product attention leaves the scores unscaled; the Transformer divides "
+                "Q @ K^T by sqrt(d_k) before the softmax",
                 _scaled(lambda d_k: 1.0)),
         Mistake("softmax over the query axis",
                 "each query's weights must sum to 1 over the keys: softmax(dim=-1)",
                 _softmax_over_queries),
         Mistake("masked scores filled with 0 instead of -inf",
                 "a score of 0 still gets weight after softmax; fill masked scores with float('-inf')",
-                _fill_with_zero),
+                _fill_with_zero(False), also=(_fill_with_zero(True),)),
         Mistake("NaN on a fully masked row",
                 "softmax of a row of -inf is NaN; set the weights of masked keys to 0 after the softmax",
                 _nan_on_fully_masked),
+        Mistake("masked scores filled with -1e9, fully masked rows not zeroed",
+                "The Annotated Transformer's convention: a query with no visible key gets uniform "
+                "weights there, zeros here; also zero the masked weights after the softmax",
+                _large_negative_fill(lambda dtype: -1e9),
+                also=(_large_negative_fill(lambda dtype: torch.finfo(dtype).min),)),
+        Mistake("mask applied after the softmax",
+                "zeroing weights after the softmax leaves rows summing to less than 1: fill masked "
+                "scores with float('-inf') before it, so visible keys share all the weight",
+                _mask_after_softmax),
+        Mistake("query scaled in place",
+                "`query /= sqrt(d_k)` also divides the caller's tensor: scale the scores instead, "
+                "scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+                _query_scaled_in_place),
         Mistake("transpose(1, 2) instead of transpose(-2, -1)",
                 "with a heads axis, axis 1 is H, not L: swap the last two axes with key.transpose(-2, -1)",
                 _transpose_1_2),
@@ -127,5 +207,9 @@ register(Exercise(
         Mistake("d_k read from the wrong axis",
                 "d_k is the size of the last axis of query (or key): query.size(-1)",
                 _d_k_from_keys_length),
+        Mistake("scores scaled by sqrt(d_v) instead of sqrt(d_k)",
+                "the paper has d_k = d_v = 64, so the two agree there; the scale belongs to the dot "
+                "products' width, query.size(-1), not value.size(-1)",
+                _d_k_from_values),
     ],
 ))

@@ -116,8 +116,8 @@ class Exercise:
         working = copy.deepcopy(before)
         leaves = _track_gradients(working, _argument_names(self, case)) if self.gradients else {}
         value = self.run(fn, working) if self.run is not None else fn(*working.args, **working.kwargs)
-        changed = tuple(name for name, old, new in _named_arguments(self, before, working)
-                        if name not in self.updates and not _same_value(old, new))
+        changed = tuple(path for name, old, new in _named_arguments(self, before, working)
+                        if name not in self.updates for path in _changes(name, old, new))
         gradients = _gradients(value, leaves) if self.gradients else None
         return _Outcome(_detached(value), changed, gradients)
 
@@ -161,6 +161,17 @@ def _named_arguments(exercise: Exercise, before: Case, after: Case):
     yield from zip(_argument_names(exercise, before), before.args, after.args)
     for key in before.kwargs:
         yield key, before.kwargs[key], after.kwargs[key]
+
+
+def _changes(path: str, old, new) -> list[str]:
+    """Where `new` differs from `old`: the deepest entries of dicts and lists that changed
+    (params['w_q'] rather than the whole params), or `path` itself."""
+    if isinstance(old, dict) and isinstance(new, dict) and old.keys() == new.keys():
+        return [p for key in old for p in _changes(f"{path}[{key!r}]", old[key], new[key])]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new) \
+            and any(isinstance(v, (dict, list, torch.Tensor)) for v in old):
+        return [p for i, (a, b) in enumerate(zip(old, new)) for p in _changes(f"{path}[{i}]", a, b)]
+    return [] if _same_value(old, new) else [path]
 
 
 def _same_value(first, second) -> bool:

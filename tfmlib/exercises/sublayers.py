@@ -9,9 +9,12 @@ How each check calls the learner's function:
 Dropout is random, so its check never compares numbers with the reference: it turns
 the output into facts that any correct implementation shares, whatever random numbers
 it draws (every entry is 0 or x / (1 - p); about a fraction p is zeroed, with a fresh
-draw per entry; training=False and p = 0 give x back).
+draw per entry; training=False and p = 0 give x back; the gradient reaching x is the
+output divided by x).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +26,14 @@ from .multihead import _linear_untransposed
 
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def _size(g: torch.Generator, low: int, high: int) -> int:
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
+def _uniform(g: torch.Generator, low: float, high: float) -> float:
+    return low + (high - low) * float(torch.rand((), generator=g))
 
 
 def random_ffn_params(d_model: int, d_ff: int, g: torch.Generator) -> dict:
@@ -38,6 +49,10 @@ def random_norm_params(d_model: int, g: torch.Generator) -> dict:
             "beta": 0.5 * torch.randn(d_model, generator=g)}
 
 
+def _as(dtype: torch.dtype, params: dict) -> dict:
+    return {key: value.to(dtype) for key, value in params.items()}
+
+
 # ---- feed_forward -----------------------------------------------------------------------------
 
 def _ffn_cases() -> list[Case]:
@@ -46,6 +61,28 @@ def _ffn_cases() -> list[Case]:
             Case("(3, 1, 4), d_ff = 7", (torch.randn(3, 1, 4, generator=g), random_ffn_params(4, 7, g))),
             Case("(1, 4, 8), d_ff = d_model = 8", (torch.randn(1, 4, 8, generator=g),
                                                   random_ffn_params(8, 8, g)))]
+
+
+def _ffn_random_cases(seed: int) -> list[Case]:
+    """The kinds above with random sizes, d_ff below, equal to and above D, plus the
+    contract's edges: B = 1 and L = 1, D = 1, an empty sequence, float64."""
+    g = _generator(7000 + seed)
+
+    def case(label, dtype=torch.float32, **sizes):
+        n = {"B": _size(g, 1, 4), "L": _size(g, 1, 6), "D": _size(g, 1, 9), "d_ff": _size(g, 1, 12),
+             **sizes}
+        x = _uniform(g, 0.3, 3.0) * torch.randn(n["B"], n["L"], n["D"], generator=g)
+        return Case(f"{label}: ({n['B']}, {n['L']}, {n['D']}), d_ff = {n['d_ff']}",
+                    (x.to(dtype), _as(dtype, random_ffn_params(n["D"], n["d_ff"], g))))
+
+    d_model = _size(g, 2, 9)
+    return [case("random sizes"), case("random sizes"), case("random sizes"),
+            case("d_ff < D", D=d_model, d_ff=_size(g, 1, d_model - 1)),
+            case("d_ff = D", D=d_model, d_ff=d_model),
+            case("one sentence of one token", B=1, L=1),
+            case("D = 1", D=1),
+            case("empty sequence", L=0),
+            case("float64", dtype=torch.float64)]
 
 
 def _ffn_variant(project=None, activation=F.relu, relu_at_end=False, biases=True):
@@ -64,10 +101,17 @@ register(Exercise(
     name="feed_forward",
     reference=feed_forward,
     make_cases=_ffn_cases,
+    random_cases=_ffn_random_cases,
+    gradients=True,
     mistakes=[
         Mistake("no activation between the two layers",
                 "apply ReLU to the hidden (B, L, d_ff) layer: without it the two layers are one linear map",
                 _ffn_variant(activation=lambda h: h)),
+        Mistake("GELU instead of ReLU",
+                "GELU is BERT's and GPT's activation; this FFN is the 2017 paper's, with ReLU: "
+                "F.relu(hidden) or hidden.clamp(min=0)",
+                _ffn_variant(activation=F.gelu),
+                also=(_ffn_variant(activation=lambda h: F.gelu(h, approximate="tanh")),)),
         Mistake("x @ W instead of x @ W.T",
                 "w_1 is stored (d_ff, D) and w_2 (D, d_ff), (out, in): multiply by the transpose",
                 _ffn_variant(project=_linear_untransposed)),
@@ -84,7 +128,7 @@ register(Exercise(
 
 # ---- dropout ----------------------------------------------------------------------------------
 
-_FRACTION_TOLERANCE = 0.04  # >= 7 standard deviations of the fraction on the cases' tensors
+_FRACTION_TOLERANCE = 0.04  # >= 6 standard deviations of the fraction on tensors of >= 6000 entries
 
 
 def _away_from_zero(shape, g: torch.Generator) -> torch.Tensor:
@@ -98,7 +142,46 @@ def _dropout_cases() -> list[Case]:
     return [Case("training, p = 0.3, x (5, 37, 41)", (_away_from_zero((5, 37, 41), g), 0.3, True)),
             Case("training, p = 0.1, x (4, 31, 53)", (_away_from_zero((4, 31, 53), g), 0.1, True)),
             Case("training=False (evaluation), p = 0.3", (_away_from_zero((5, 37, 41), g), 0.3, False)),
-            Case("training, p = 0: nothing to drop", (_away_from_zero((3, 7, 11), g), 0.0, True))]
+            Case("training, p = 0: nothing to drop", (_away_from_zero((3, 7, 11), g), 0.0, True)),
+            Case("training, p = 0.5, 4-D like attention weights (2, 4, 30, 30)",
+                 (_away_from_zero((2, 4, 30, 30), g), 0.5, True))]
+
+
+def _dropout_random_cases(seed: int) -> list[Case]:
+    """The kinds above with random shapes and p, plus the contract's edges: p close to 1,
+    p = 0.5, 2-D and 4-D x, float64, and (in evaluation or with p = 0) tiny and empty x.
+
+    Training with 0 < p keeps x at >= 6000 entries, so that the zeroed fraction is a fact
+    (see _FRACTION_TOLERANCE), and p away from 0.5 (except 0.5 itself), so that "about p"
+    and "about 1 - p" are told apart.
+    """
+    g = _generator(7100 + seed)
+
+    def large(ndim):
+        lead = [_size(g, 1, 6) for _ in range(ndim - 1)]
+        return (*lead, 6000 // math.prod(lead) + _size(g, 0, 40))
+
+    def small():
+        return tuple(_size(g, 0, 4) for _ in range(_size(g, 1, 3)))
+
+    def p_away_from_half():
+        return round(_uniform(g, 0.05, 0.42) if _size(g, 0, 1) else _uniform(g, 0.58, 0.9), 3)
+
+    def case(label, shape, p, training, dtype=torch.float32):
+        return Case(f"{label}: x {shape}, p = {p}, training={training}",
+                    (_away_from_zero(shape, g).to(dtype), p, training))
+
+    return [case("training", large(3), p_away_from_half(), True),
+            case("training", large(3), p_away_from_half(), True),
+            case("training, p = 0.5", large(3), 0.5, True),
+            case("training, p close to 1", large(2), round(_uniform(g, 0.85, 0.95), 3), True),
+            case("training, 4-D", large(4), p_away_from_half(), True),
+            case("training, float64", large(3), p_away_from_half(), True, torch.float64),
+            case("training, 1-D", large(1), p_away_from_half(), True),
+            case("evaluation", large(3), p_away_from_half(), False),
+            case("evaluation, small", small(), round(_uniform(g, 0.0, 0.9), 3), False),
+            case("training, p = 0", small(), 0.0, True),
+            case("training, empty", (_size(g, 0, 3), 0, _size(g, 1, 5)), p_away_from_half(), True)]
 
 
 def _fraction_zeroed(dropped: torch.Tensor, p: float) -> str:
@@ -136,27 +219,63 @@ def _mask_repeated(dropped: torch.Tensor) -> bool:
                for axis in range(dropped.dim()))
 
 
-def _dropout_facts(fn, case: Case):
-    """Run the learner's dropout and describe its output by facts that do not depend on the RNG."""
-    x, p, training = case.args
-    y = fn(x.clone(), p, training)
+def _gradient_reaching_x(fn, x: torch.Tensor, p: float, training: bool) -> str:
+    """How the gradient flows back to x, seen on a second call with a tracked copy of x.
+
+    Dropout is x * mask / (1 - p), linear in x: the gradient of output.sum() is the
+    output divided by x, whatever mask this call draws.
+    """
+    cut_off = "none flows back (look for .detach(), .data, NumPy or torch.tensor(...))"
+    leaf = x.clone().requires_grad_(True)
+    y = fn(leaf.clone(), p, training)
+    if not isinstance(y, torch.Tensor) or not y.requires_grad or y.shape != x.shape:
+        return cut_off
+    (grad,) = torch.autograd.grad(y.sum(), leaf, allow_unused=True)
+    if grad is None:
+        return cut_off
+    as_expected = torch.allclose(grad, y.detach().to(x.dtype) / x, rtol=1e-4, atol=1e-6)
+    return "output / x, as through the mask" if as_expected else "not output / x"
+
+
+_LIKE_X = "a tensor of x's shape and dtype"
+
+
+def _what_it_returns(x: torch.Tensor, y) -> str:
     if not isinstance(y, torch.Tensor):
-        return y  # None or a wrong type: the engine reports it
-    facts = {"shape": tuple(y.shape)}
+        return f"a {type(y).__name__}, not a tensor"
+    if y.shape != x.shape:
+        return f"shape {tuple(y.shape)}, not x's {tuple(x.shape)}"
+    if y.dtype != x.dtype:
+        return f"dtype {str(y.dtype).replace('torch.', '')}, not x's {str(x.dtype).replace('torch.', '')}"
+    return _LIKE_X
+
+
+def _dropout_facts(fn, case: Case):
+    """Run the learner's dropout and describe its output by facts that do not depend on the RNG.
+
+    The learner gets the engine's own copy of x, not a clone of it, so that an answer
+    that overwrites x in place is seen as one; the facts compare with x as it came.
+    """
+    x, p, training = case.args
+    original = x.clone()
+    y = fn(x, p, training)
+    if y is None:
+        return None  # the engine asks whether a `return` is missing
+    facts = {"what it returns": _what_it_returns(x, y)}
     keys = ("contains NaN", "returns x unchanged", "one mask repeated along an axis",
-            "fraction zeroed", "kept entries scaled by")
-    if y.shape != x.shape or not y.is_floating_point():
-        facts.update({key: f"n/a (output {tuple(y.shape)}, {str(y.dtype).replace('torch.', '')})"
-                      for key in keys})
+            "fraction zeroed", "kept entries scaled by", "gradient reaching x")
+    if facts["what it returns"] != _LIKE_X:
+        facts.update({key: "n/a" for key in keys})
         return facts
-    y = y.detach().to(x.dtype)
+    y = y.detach()
     dropped = y == 0
     facts[keys[0]] = bool(torch.isnan(y).any())
-    facts[keys[1]] = bool(torch.allclose(y, x, rtol=1e-6, atol=0.0))
+    facts[keys[1]] = bool(torch.allclose(y, original, rtol=1e-6, atol=0.0))
     facts[keys[2]] = repeated = _mask_repeated(dropped)
     # a repeated mask has few independent draws: its zeroed fraction is too noisy to judge
     facts[keys[3]] = "not judged (one mask repeated)" if repeated else _fraction_zeroed(dropped, p)
-    facts[keys[4]] = _kept_scale(x, y, ~dropped)
+    facts[keys[4]] = _kept_scale(original, y, ~dropped)
+    facts[keys[5]] = _gradient_reaching_x(fn, original, p, training)
     return facts
 
 
@@ -178,11 +297,27 @@ def _dropout_by_p(x, p, training=True):
     return x * keep / p
 
 
+def _dropout_scaled_at_evaluation(x, p, training=True):
+    """The 2014 dropout paper: survivors kept as they are, every weight times 1 - p at test time."""
+    if not training:
+        return x * (1 - p)
+    return x * (torch.rand(x.shape) >= p)
+
+
+def _dropout_in_place(x, p, training=True):
+    if not training or p == 0.0:
+        return x
+    keep = torch.rand(x.shape) >= p
+    return x.mul_(keep).div_(1 - p)
+
+
 register(Exercise(
     name="dropout",
     reference=dropout,
     make_cases=_dropout_cases,
+    random_cases=_dropout_random_cases,
     run=_dropout_facts,
+    float64_reference=False,  # float64 would change the random draws, not only their precision
     mistakes=[
         Mistake("scaled by the drop probability p instead of the keep probability",
                 "survivors are divided by the keep probability 1 - p, not by p: x * keep / (1 - p)",
@@ -203,24 +338,77 @@ register(Exercise(
                 "draw the mask with the shape of x (torch.rand(x.shape) or torch.rand_like(x)), "
                 "not of one axis",
                 _dropout_variant(mask_shape=lambda x: x.shape[-1:])),
+        Mistake("non-inverted dropout (the 2014 paper): scaled by 1 - p at evaluation",
+                "the 2014 paper multiplies by 1 - p at test time; inverted dropout (nn.Dropout, this "
+                "course) divides the survivors by 1 - p in training, so evaluation returns x as it is",
+                _dropout_scaled_at_evaluation),
+        Mistake("x overwritten in place",
+                "return a new tensor, x * keep / (1 - p): x.mul_(...), x *= ... or x[drop] = 0 "
+                "change the caller's activations, which autograd and the residual path still need",
+                _dropout_in_place),
     ],
 ))
 
 
 # ---- layer_norm -------------------------------------------------------------------------------
 
-def _norm_case(label, shape, scale, offset, eps, g):
-    x = offset + scale * torch.randn(*shape, generator=g)
-    norm = random_norm_params(shape[-1], g)
-    return Case(label, (x, norm["gamma"], norm["beta"], eps))
+def _norm_case(label, shape, scale, offset, eps, g, dtype=torch.float32, exact_spread=False):
+    """x = offset + scale * noise; eps=None leaves eps at the function's default.
+
+    exact_spread: every row of noise standardised, so that no row is close to constant by chance.
+    """
+    noise = torch.randn(*shape, generator=g)
+    if exact_spread and shape[-1] > 1:
+        noise = (noise - noise.mean(-1, keepdim=True)) / noise.std(-1, keepdim=True)
+    x = offset + scale * noise
+    norm = _as(dtype, random_norm_params(shape[-1], g))
+    args = (x.to(dtype), norm["gamma"], norm["beta"])
+    return Case(label, args if eps is None else (*args, eps))
 
 
 def _layer_norm_cases() -> list[Case]:
     g = _generator(72)
     return [_norm_case("(2, 5, 8)", (2, 5, 8), 1.0, 0.0, 1e-5, g),
-            _norm_case("(3, 4, 6), small spread: eps matters", (3, 4, 6), 0.01, 2.0, 1e-5, g),
+            _norm_case("(3, 4, 6), small spread: eps matters, left at its default 1e-5", (3, 4, 6),
+                       0.01, 2.0, None, g),
             _norm_case("one sentence, L = D: (1, 6, 6), eps = 1e-3", (1, 6, 6), 0.1, -1.0, 1e-3, g),
-            _norm_case("(2, 3, 7), eps = 0.1", (2, 3, 7), 1.0, 0.5, 0.1, g)]
+            _norm_case("(2, 3, 7), eps = 0.1", (2, 3, 7), 1.0, 0.5, 0.1, g),
+            _norm_case("one vector: x (9,), no batch or sequence axis", (9,), 1.0, 0.0, 1e-5, g)]
+
+
+def _layer_norm_random_cases(seed: int) -> list[Case]:
+    """The kinds above with random shapes, spreads, offsets and eps, plus the contract's
+    edges: any number of leading axes (none too), L = 1, D = 1 and 2, an empty batch, eps
+    left at its default, float64.
+
+    Every row's spread is exactly the one drawn, and offsets stay within 10 spreads: on
+    rows closer to constant relative to their offset, and on D = 1 or 2 with a small eps
+    (every token normalises to 0 or +-1), the gradient mostly shows float32 rounding
+    divided by the standard deviation, and two correct float32 answers (this one,
+    F.layer_norm) differ there by more than the check's absolute tolerance.
+    """
+    g = _generator(7200 + seed)
+
+    def case(label, shape=None, spread=None, eps="random", dtype=torch.float32):
+        shape = shape or (_size(g, 1, 4), _size(g, 1, 6), _size(g, 3, 10))
+        spread = spread or (0.1, 1.0, 4.0)[_size(g, 0, 2)]
+        eps = (1e-5, 1e-4, 1e-3, 0.1, 1.0)[_size(g, 0, 4)] if eps == "random" else eps
+        return _norm_case(f"{label}: x {shape}, spread {spread}, eps = {eps}", shape, spread,
+                          _uniform(g, -10.0, 10.0) * spread, eps, g, dtype, exact_spread=True)
+
+    d_model = _size(g, 3, 10)
+    return [case("random"), case("random"), case("random"),
+            case("small spread: eps matters", spread=0.01, eps=1e-5),
+            case("eps at its default", eps=None),
+            case("one token: L = 1", (_size(g, 1, 3), 1, d_model)),
+            case("B = 1, L = D", (1, d_model, d_model)),
+            case("2-D", (_size(g, 1, 6), d_model)),
+            case("1-D: one vector", (d_model,)),
+            case("4-D", (2, _size(g, 1, 3), _size(g, 1, 4), d_model)),
+            case("D = 1", (_size(g, 1, 3), _size(g, 1, 4), 1), eps=1.0),
+            case("D = 2", (_size(g, 1, 3), _size(g, 1, 4), 2), eps=1.0),
+            case("empty batch", (0, _size(g, 1, 4), d_model)),
+            case("float64", dtype=torch.float64)]
 
 
 def _layer_norm_variant(dims=-1, unbiased=False, keepdim=True, denominator=None, affine="normal"):
@@ -237,18 +425,28 @@ def _layer_norm_variant(dims=-1, unbiased=False, keepdim=True, denominator=None,
     return variant
 
 
-def _layer_norm_std(x, gamma, beta, eps=1e-5):
+def _layer_norm_annotated(x, gamma, beta, eps=1e-5):
+    """The Annotated Transformer's LayerNorm: a_2 * (x - mean) / (std + eps) + b_2."""
     mean = x.mean(dim=-1, keepdim=True)
-    return (x - mean) / (x.std(dim=-1, keepdim=True) + eps) * gamma + beta
+    return gamma * (x - mean) / (x.std(dim=-1, keepdim=True) + eps) + beta
+
+
+def _layer_norm_in_place(x, gamma, beta, eps=1e-5):
+    variance = x.var(dim=-1, keepdim=True, unbiased=False)
+    x -= x.mean(dim=-1, keepdim=True)
+    return x / torch.sqrt(variance + eps) * gamma + beta
 
 
 register(Exercise(
     name="layer_norm",
     reference=layer_norm,
     make_cases=_layer_norm_cases,
+    random_cases=_layer_norm_random_cases,
+    gradients=True,
     mistakes=[
         Mistake("unbiased variance",
-                "LayerNorm divides by D, not D - 1: x.var(dim=-1, keepdim=True, unbiased=False)",
+                "x.var() divides by D - 1 by default (Bessel's correction); LayerNorm, like "
+                "nn.LayerNorm, divides by D: x.var(dim=-1, keepdim=True, unbiased=False)",
                 _layer_norm_variant(unbiased=True)),
         Mistake("variance squared",
                 "the variance is already a mean of squares: divide by torch.sqrt(variance + eps), "
@@ -258,11 +456,13 @@ register(Exercise(
                 "take the square root: (x - mean) / torch.sqrt(variance + eps)",
                 _layer_norm_variant(denominator=lambda var, eps: var + eps)),
         Mistake("eps outside the square root",
-                "eps goes inside the root: torch.sqrt(variance + eps), not torch.sqrt(variance) + eps",
+                "eps goes inside the root, as in nn.LayerNorm: torch.sqrt(variance + eps), not "
+                "torch.sqrt(variance) + eps; the two differ most where a token's features barely vary",
                 _layer_norm_variant(denominator=lambda var, eps: torch.sqrt(var) + eps)),
-        Mistake("x.std(): unbiased, and eps outside the root",
-                "x.std() divides by D - 1; use torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps)",
-                _layer_norm_std),
+        Mistake("x.std() + eps, as in The Annotated Transformer",
+                "The Annotated Transformer divides by x.std(-1) + eps (D - 1, eps outside the root); "
+                "nn.LayerNorm and this course divide by torch.sqrt(x.var(-1, unbiased=False) + eps)",
+                _layer_norm_annotated),
         Mistake("normalised over the sequence axis (dim=1)",
                 "each token is normalised over its own features: mean and variance over dim=-1",
                 _layer_norm_variant(dims=1)),
@@ -276,6 +476,9 @@ register(Exercise(
         Mistake("gamma and beta not applied",
                 "after normalising, scale and shift: normalized * gamma + beta",
                 _layer_norm_variant(affine="none")),
+        Mistake("x changed in place (x -= mean)",
+                "write x - mean, a new tensor: x -= mean overwrites the caller's x",
+                _layer_norm_in_place),
     ],
 ))
 
@@ -283,30 +486,67 @@ register(Exercise(
 # ---- residual_sublayer ------------------------------------------------------------------------
 
 class _TanhFFN:
-    """A small nonlinear sublayer (B, L, D) -> (B, L, D) for the cases; prints without an address."""
+    """A small nonlinear sublayer (B, L, D) -> (B, L, D) for the cases; prints without an address.
 
-    def __init__(self, d_model: int, g: torch.Generator):
+    Its weights follow the input's dtype, so that the check's float64 reference run works.
+    `scale` shrinks the update, so that x + sublayer(x) can have a small spread too.
+    """
+
+    def __init__(self, d_model: int, g: torch.Generator, scale: float = 1.0):
         self.w_1 = torch.randn(2 * d_model, d_model, generator=g) / d_model ** 0.5
-        self.w_2 = torch.randn(d_model, 2 * d_model, generator=g) / (2 * d_model) ** 0.5
+        self.w_2 = scale * torch.randn(d_model, 2 * d_model, generator=g) / (2 * d_model) ** 0.5
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(h @ self.w_1.T) @ self.w_2.T
+        return torch.tanh(h @ self.w_1.to(h.dtype).T) @ self.w_2.to(h.dtype).T
 
     def __repr__(self) -> str:
         return "sublayer (B, L, D) -> (B, L, D)"
 
 
+def _residual_case(label, shape, norm_first, g, spread=1.5, offset=0.5, update=1.0,
+                   dtype=torch.float32):
+    """norm_first=None leaves it at the function's default (Post-LN)."""
+    x = offset + spread * torch.randn(*shape, generator=g)
+    args = (x.to(dtype), _TanhFFN(shape[-1], g, update), _as(dtype, random_norm_params(shape[-1], g)))
+    return Case(label, args, {} if norm_first is None else {"norm_first": norm_first})
+
+
 def _residual_cases() -> list[Case]:
     g = _generator(73)
-    cases = []
-    for label, shape, norm_first in (("Post-LN, (2, 5, 6)", (2, 5, 6), False),
-                                     ("Pre-LN, (3, 4, 8)", (3, 4, 8), True),
-                                     ("Post-LN, (1, 7, 10)", (1, 7, 10), False),
-                                     ("Pre-LN, (2, 3, 5)", (2, 3, 5), True)):
-        x = 1.5 * torch.randn(*shape, generator=g) + 0.5
-        cases.append(Case(label, (x, _TanhFFN(shape[-1], g), random_norm_params(shape[-1], g)),
-                          {"norm_first": norm_first}))
-    return cases
+    return [_residual_case("Post-LN, (2, 5, 6)", (2, 5, 6), False, g),
+            _residual_case("Pre-LN, (3, 4, 8)", (3, 4, 8), True, g),
+            _residual_case("Post-LN by default (norm_first not given), (1, 7, 10)", (1, 7, 10), None, g),
+            _residual_case("Pre-LN, (2, 3, 5)", (2, 3, 5), True, g),
+            _residual_case("Pre-LN, x with a small spread: eps matters", (2, 4, 6), True, g,
+                           spread=0.01, offset=0.0),
+            _residual_case("Post-LN, small spread and a small update: eps matters", (2, 4, 6), False, g,
+                           spread=0.01, offset=0.0, update=0.01)]
+
+
+def _residual_random_cases(seed: int) -> list[Case]:
+    """Both designs with random shapes, plus the contract's edges: norm_first left at its
+    default, B = 1, L = 1, an empty batch, small spreads (where eps matters) and float64.
+    Dropout stays off: the exercise's function has no dropout arguments.
+
+    D stays >= 3 and offsets within a few spreads: with eps fixed at 1e-5, rows close to
+    constant relative to their offset (D = 1 or 2 above all) give gradients that mostly
+    show float32 rounding (see _layer_norm_random_cases).
+    """
+    g = _generator(7300 + seed)
+
+    def case(label, norm_first, shape=None, spread=None, **options):
+        shape = shape or (_size(g, 1, 3), _size(g, 1, 6), _size(g, 3, 10))
+        spread = spread or _uniform(g, 0.3, 3.0)
+        design = {True: "Pre-LN", False: "Post-LN", None: "default (Post-LN)"}[norm_first]
+        return _residual_case(f"{design}, {label}: x {shape}", shape, norm_first, g, spread,
+                              _uniform(g, -2.0, 2.0) * spread, **options)
+
+    return [case("random", False), case("random", True), case("random", None),
+            case("one token", bool(_size(g, 0, 1)), (1, 1, _size(g, 3, 8))),
+            case("empty batch", bool(_size(g, 0, 1)), (0, _size(g, 1, 4), _size(g, 3, 8))),
+            case("small spread", True, spread=0.01),
+            case("small spread, small update", False, spread=0.01, update=0.01),
+            case("float64", bool(_size(g, 0, 1)), dtype=torch.float64)]
 
 
 def _ln(x, norm):
@@ -327,10 +567,20 @@ def _residual_variant(post=_post_ln, pre=_pre_ln):
     return variant
 
 
+def _residual_in_place(x, sublayer, norm, norm_first=False):
+    if norm_first:
+        x += sublayer(_ln(x, norm))
+        return x
+    x += sublayer(x)
+    return _ln(x, norm)
+
+
 register(Exercise(
     name="residual_sublayer",
     reference=residual_sublayer,
     make_cases=_residual_cases,
+    random_cases=_residual_random_cases,
+    gradients=True,
     mistakes=[
         Mistake("Pre-LN and Post-LN swapped",
                 "Post-LN (norm_first=False): LayerNorm(x + sublayer(x)); "
@@ -353,5 +603,9 @@ register(Exercise(
                 "add the sublayer's input back: x + ... (that is the residual connection)",
                 _residual_variant(post=lambda x, sublayer, norm: _ln(sublayer(x), norm),
                                   pre=lambda x, sublayer, norm: sublayer(_ln(x, norm)))),
+        Mistake("x overwritten in place (x += ...)",
+                "write x + sublayer(...), a new tensor: x += ... changes the caller's x, which "
+                "the residual path and autograd still need",
+                _residual_in_place),
     ],
 ))

@@ -1,31 +1,108 @@
 """Exercises of notebook 01: predict the shape that broadcasting gives, or the clash."""
 from __future__ import annotations
 
+import random
+import re
+
 from ..shapes import broadcast_shape
 from .core import Case, Exercise, Mistake, register
 
 
+class _ClashNamed(ValueError):
+    """A ValueError whose message names the two sizes that clash, as the notebook asks.
+
+    `_run` turns such an error into this class; the clash cases require it, so a bare
+    ValueError("shapes do not broadcast") fails while the learner's own message is shown.
+    """
+
+
+_ClashNamed.__name__ = _ClashNamed.__qualname__ = "ValueError naming both clashing sizes"
+
+
+def _run(fn, case: Case):
+    try:
+        return fn(*case.args, **case.kwargs)
+    except ValueError as error:
+        if _names_a_clash(str(error), *case.args):  # keeps the learner's lines, for the report
+            raise _ClashNamed(str(error)).with_traceback(error.__traceback__) from None
+        raise
+
+
+def _names_a_clash(message: str, shape_a, shape_b) -> bool:
+    """True when `message` names both sizes of an axis that clashes, other than inside the
+    shapes themselves: "shapes (4, 3) and (2, 3) do not broadcast" does not say which."""
+    a, b = _align(shape_a, shape_b)
+    for shape in {tuple(shape_a), tuple(shape_b), a, b}:
+        if shape:   # (4, 3), (4,3), [4, 3], torch.Size([4, 3]), and the shapes padded with 1s
+            items = r"\s*,\s*".join(str(size) for size in shape)
+            message = re.sub(rf"[(\[]\s*{items}\s*,?\s*[)\]]", " ", message)
+    numbers = set(re.findall(r"(?<![\d-])\d+", message))   # not the axis -2
+    return any(str(size_a) in numbers and str(size_b) in numbers
+               for size_a, size_b in zip(a, b) if _clash(size_a, size_b))
+
+
+def _clash(size_a: int, size_b: int) -> bool:
+    return size_a != size_b and 1 not in (size_a, size_b)
+
+
+def _fits(a, b, label):
+    return Case(label, (a, b))
+
+
+def _clashes(a, b, label):
+    return Case(label, (a, b), raises=_ClashNamed)
+
+
 def _cases() -> list[Case]:
-    def fits(a, b, label):
-        return Case(label, (a, b))
-
-    def clash(a, b, label):
-        return Case(label, (a, b), raises=ValueError)
-
     return [
-        fits((2, 3, 4), (4,), "a bias (D,) added to (B, L, D)"),
-        fits((5, 1, 3), (4, 1), "both sides stretch a size-1 axis"),
-        fits((3, 1), (1, 4), "a column times a row"),
-        fits((1,), (2, 3, 1), "the shorter shape on the left"),
-        fits((), (3, 2), "a scalar"),
-        fits((2, 1, 1, 7), (1, 3, 5, 1), "a padding mask (B,1,1,L) with scores-like (1,H,Lq,1)"),
-        fits((8, 1, 6, 1), (7, 1, 5), "different numbers of axes, ones on both sides"),
-        fits((4, 6), (4, 6), "equal shapes"),
-        clash((4, 3), (2, 3), "sizes 4 and 2 on axis -2"),
-        clash((3, 4), (3,), "(3,) lines up with the 4, not the 3"),
-        clash((2, 5, 3), (5, 2), "a clash on the last axis of a 3-D shape"),
+        _fits((2, 3, 4), (4,), "a bias (D,) added to (B, L, D)"),
+        _fits((5, 1, 3), (4, 1), "both sides stretch a size-1 axis"),
+        _fits((3, 1), (1, 4), "a column times a row"),
+        _fits((1,), (2, 3, 1), "the shorter shape on the left"),
+        _fits((7,), (3, 1, 7), "the shorter shape on the left, a 1 in the longer one"),
+        _fits((), (3, 2), "a scalar"),
+        _fits((2, 1, 1, 7), (1, 3, 5, 1), "a padding mask (B,1,1,L) with scores-like (1,H,Lq,1)"),
+        _fits((8, 1, 6, 1), (7, 1, 5), "different numbers of axes, ones on both sides"),
+        _fits((4, 6), (4, 6), "equal shapes"),
+        _fits((0, 3), (1, 3), "an empty batch: size 1 against size 0 gives 0"),
+        _clashes((4, 3), (2, 3), "sizes 4 and 2 on axis -2"),
+        _clashes((3, 4), (3,), "(3,) lines up with the 4, not the 3"),
+        _clashes((2, 5, 3), (5, 2), "a clash on the last axis of a 3-D shape"),
+        _clashes((6, 9, 8), (7, 8), "sizes 9 and 7 on axis -2"),
+        _clashes((0,), (2,), "size 0 against size 2: a clash, 0 is not 1"),
     ]
 
+
+def _random_cases(seed: int) -> list[Case]:
+    """Pairs that broadcast and pairs that clash, 0 to 4 axes with sizes 0 to 9: a result
+    shape, of which each side keeps the last axes and turns some sizes into 1; a clash gives
+    one or two aligned pairs of sizes two different values, neither 1."""
+    rng = random.Random(100 + seed)
+
+    def pair(ndim, least):
+        result = [rng.choice((0, 1, 2, 3, 4, 5, 7, 9)) for _ in range(ndim)]
+
+        def side():
+            kept = result[ndim - rng.randint(least, ndim):]
+            return [1 if rng.random() < 0.3 else size for size in kept]
+        return side(), side()
+
+    cases = []
+    for _ in range(6):
+        a, b = pair(rng.randint(0, 4), least=0)
+        cases.append(_fits(tuple(a), tuple(b), "a random pair that broadcasts"))
+    for _ in range(6):
+        a, b = pair(rng.randint(1, 4), least=1)
+        shared = min(len(a), len(b))
+        for axis in rng.sample(range(1, shared + 1), rng.randint(1, min(2, shared))):
+            a[-axis], b[-axis] = rng.sample((0, 2, 3, 4, 5, 6, 8), 2)
+        cases.append(_clashes(tuple(a), tuple(b), "a random clash"))
+    cases += [_fits((0,), (1,), "(0,) with (1,)"), _fits((), (), "two scalars"),
+              _fits((1, 1), (0,), "size 0 against two 1s")]
+    return cases
+
+
+# ---- the catalogued mistakes: each a wrong version of the rule, built from one loop ------------
 
 def _align(shape_a, shape_b, *, left=False):
     a, b = tuple(shape_a), tuple(shape_b)
@@ -35,81 +112,88 @@ def _align(shape_a, shape_b, *, left=False):
     return (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
 
 
-def _broadcast(shape_a, shape_b, *, left=False, on_clash=ValueError, pick=None):
+def _stretched(size_a, size_b):
+    return size_a if size_b == 1 else size_b
+
+
+def _broadcast(shape_a, shape_b, *, pick=_stretched, left=False, on_clash=ValueError,
+               message="sizes {} and {} clash"):
     result = []
     for size_a, size_b in zip(*_align(shape_a, shape_b, left=left)):
-        if size_a != size_b and 1 not in (size_a, size_b):
-            if on_clash is None:
-                result.append(max(size_a, size_b))
-                continue
-            raise on_clash(f"sizes {size_a} and {size_b} clash")
-        result.append(pick(size_a, size_b) if pick else max(size_a, size_b))
+        if _clash(size_a, size_b) and on_clash is not None:
+            raise on_clash(message.format(size_a, size_b))
+        result.append(pick(size_a, size_b))
     return tuple(result)
 
 
-def _aligned_from_the_left(shape_a, shape_b):
-    return _broadcast(shape_a, shape_b, left=True)
-
-
-def _no_error_on_a_clash(shape_a, shape_b):
-    return _broadcast(shape_a, shape_b, on_clash=None)
-
-
-def _leading_axes_dropped(shape_a, shape_b):
-    result = []
-    for size_a, size_b in zip(reversed(tuple(shape_a)), reversed(tuple(shape_b))):
-        if size_a != size_b and 1 not in (size_a, size_b):
-            raise ValueError(f"sizes {size_a} and {size_b} clash")
-        result.append(max(size_a, size_b))
-    return tuple(reversed(result))
-
-
-def _first_size_kept(shape_a, shape_b):
-    return _broadcast(shape_a, shape_b, pick=lambda size_a, size_b: size_a)
-
-
-def _smaller_size_kept(shape_a, shape_b):
-    return _broadcast(shape_a, shape_b, pick=min)
-
-
-def _raises(kind):
+def _rule(pick=_stretched, **how):
     def variant(shape_a, shape_b):
-        return _broadcast(shape_a, shape_b, on_clash=kind)
+        return _broadcast(shape_a, shape_b, pick=pick, **how)
     return variant
 
 
-def _returns_on_a_clash(value):
+def _leading_axes_dropped(pick):
+    def variant(shape_a, shape_b):
+        result = []
+        for size_a, size_b in zip(reversed(tuple(shape_a)), reversed(tuple(shape_b))):
+            if _clash(size_a, size_b):
+                raise ValueError(f"sizes {size_a} and {size_b} clash")
+            result.append(pick(size_a, size_b))
+        return tuple(reversed(result))
+    return variant
+
+
+def _returns_none_on_a_clash(pick):
     def variant(shape_a, shape_b):
         try:
-            return _broadcast(shape_a, shape_b)
+            return _broadcast(shape_a, shape_b, pick=pick)
         except ValueError:
-            return value
+            return None
     return variant
+
+
+def _mistake(name, hint, make):
+    """A mistake made with the size that is not 1, or with max() (wrong only for a size-0 axis
+    against a 1): a learner who uses max() is still named for the other mistake. (Not for the
+    two mistakes that only show in the error raised: a shared wrong value would then name
+    them for max() alone.)"""
+    return Mistake(name, hint, make(_stretched), also=(make(max),))
 
 
 register(Exercise(
     name="broadcast_shape",
     reference=broadcast_shape,
     make_cases=_cases,
+    run=_run,
+    random_cases=_random_cases,
     mistakes=[
-        Mistake("shapes aligned from the left",
-                "line the shapes up from the RIGHT: pad the shorter one with 1s at the front",
-                _aligned_from_the_left),
-        Mistake("no error on a clash",
-                "sizes that differ with neither being 1 cannot broadcast: raise ValueError",
-                _no_error_on_a_clash),
-        Mistake("leading axes of the longer shape dropped",
-                "zip() stops at the shorter shape; pad it with 1s to the same length first",
-                _leading_axes_dropped),
+        _mistake("shapes aligned from the left",
+                 "line the shapes up from the RIGHT: pad the shorter one with 1s at the front",
+                 lambda pick: _rule(pick, left=True)),
+        _mistake("no error on a clash",
+                 "sizes that differ with neither being 1 cannot broadcast: raise ValueError",
+                 lambda pick: _rule(pick, on_clash=None)),
+        _mistake("leading axes of the longer shape dropped",
+                 "zip() stops at the shorter shape; pad it with 1s to the same length first",
+                 _leading_axes_dropped),
         Mistake("a size-1 axis not stretched",
                 "on each axis the result takes the size that is not 1 (a size-1 axis is repeated)",
-                _first_size_kept, also=(_smaller_size_kept,)),
+                _rule(lambda size_a, size_b: size_a), also=(_rule(min),)),
+        Mistake("max() of the two sizes: size 1 against size 0 gives 1",
+                "a size-1 axis takes the other size, even 0: (0, 3) with (1, 3) gives (0, 3), "
+                "but max(0, 1) is 1",
+                _rule(max)),
+        Mistake("error message does not say which sizes clash",
+                "name the two sizes that clash, e.g. ValueError(f'axis {axis}: sizes {size_a} and "
+                "{size_b} clash'); the shapes alone leave the reader to line them up",
+                _rule(message="shapes do not broadcast")),
         Mistake("wrong kind of error on a clash",
-                "raise ValueError(...) naming the axis and both sizes, not assert / Exception / "
+                "raise ValueError(...) naming both sizes, not assert / Exception / "
                 "torch.broadcast_shapes' RuntimeError",
-                _raises(AssertionError), also=(_raises(RuntimeError), _raises(Exception))),
-        Mistake("clash reported without raising",
-                "print/return does not stop the caller; use `raise ValueError(...)`",
-                _returns_on_a_clash(None)),
+                _rule(on_clash=AssertionError),
+                also=(_rule(on_clash=RuntimeError), _rule(on_clash=Exception))),
+        _mistake("clash reported without raising",
+                 "print/return does not stop the caller; use `raise ValueError(...)`",
+                 _returns_none_on_a_clash),
     ],
 ))

@@ -1,6 +1,8 @@
 """Exercises of notebook 02: vocabulary, encode, decode, and a padded (B, L) batch."""
 from __future__ import annotations
 
+import random
+
 import torch
 
 from .. import tokenization as tok
@@ -14,6 +16,41 @@ _CHARACTERS_HINT = ("iterating over a str gives characters; split the sentence i
                     "sentence.split()")
 _SPLIT_HINT = ("split(' ') turns double spaces into '' tokens; split() with no argument splits on "
                "any whitespace")
+_LOWERCASE_HINT = ("keep each token as it is written: some tokenizers lowercase (BERT's uncased "
+                   "ones), this course's does not, so 'The' and 'the' are two tokens")
+ONLY_PAD_UNK = (PAD, UNK)  # a vocabulary without <bos> and <eos>: words start at id 2
+
+
+# ---- random cases, for telling which wrong answers behave like the reference ----------------
+
+# Words with capitals, punctuation, an accent, and words spelled like special tokens.
+_WORDS = ("the", "The", "cat", "Cat", "sat", "on", "mat", "a", "dog", "I", "love", "NLP",
+          "café", "it's", "end.", ",", "<3", "<mask>")
+_SPACES = (" ", " ", " ", "  ", "\t", "\n")
+_SPECIALS_CHOICES = (SPECIALS, OTHER_ORDER, (UNK, EOS, BOS, PAD), (*SPECIALS, "<mask>"))
+
+
+def _random_sentence(rng: random.Random, words=_WORDS, most=6) -> str:
+    tokens = [rng.choice(words + SPECIALS) if rng.random() < 0.1 else rng.choice(words)
+              for _ in range(rng.randint(0, most))]
+    edges = rng.choice(("", " ", "\n"))
+    return edges + "".join(t + rng.choice(_SPACES) for t in tokens).rstrip() + edges
+
+
+def _random_corpus(rng: random.Random) -> list[str]:
+    return [_random_sentence(rng) for _ in range(rng.randint(0, 4))]
+
+
+def _random_vocab(rng: random.Random, specials=None) -> dict[str, int]:
+    """A vocab from a random corpus; sometimes its ids are shuffled, as a hand-made one might be."""
+    if specials is None:
+        specials = rng.choice(_SPECIALS_CHOICES)
+    vocab = build_vocab(_random_corpus(rng), specials)
+    if rng.random() < 0.25:
+        ids = list(vocab.values())
+        rng.shuffle(ids)
+        vocab = dict(zip(vocab, ids))
+    return vocab
 
 
 # ---- build_vocab ------------------------------------------------------------------------------
@@ -24,8 +61,20 @@ def _vocab_cases() -> list[Case]:
         Case("repeated words", (["a b a c", "c b d", "e"],)),
         Case("extra spaces between words", (["hello  world", " hi there "],)),
         Case("no sentences: only the specials", ([],)),
-        Case("your own specials", (["x y", "y z"],), {"specials": ("<pad>", "<unk>")}),
+        Case("your own specials", (["x y", "y z"],), {"specials": ONLY_PAD_UNK}),
+        Case("capital letters: 'The' and 'the' are two tokens", (["The cat saw the dog", "The end"],)),
+        Case("<unk> and <pad> typed in a sentence keep their ids", (["the <unk> sat", "<pad> the"],)),
     ]
+
+
+def _vocab_random_cases(seed: int) -> list[Case]:
+    """Random corpora (0-4 sentences, empty and blank ones, tabs, capitals, typed specials),
+    with the default specials, given ones in another order, fewer, more, or none."""
+    rng = random.Random(200 + seed)
+    cases = [Case("default specials", (_random_corpus(rng),)) for _ in range(4)]
+    for specials in (*_SPECIALS_CHOICES, ONLY_PAD_UNK, ("[PAD]", "[UNK]", "[CLS]", "[SEP]"), ()):
+        cases.append(Case("given specials", (_random_corpus(rng), specials)))
+    return cases
 
 
 def _vocab(sentences, specials=SPECIALS, *, split=str.split, specials_first=True, start=0,
@@ -47,6 +96,20 @@ def _specials_last(sentences, specials=SPECIALS):
 
 def _sorted_tokens(sentences, specials=SPECIALS):
     return _vocab(sentences, specials, order=lambda tokens: sorted(set(tokens)))
+
+
+# The same two mistakes as most learners write them: a special typed in a sentence then
+# takes a new id as well (no `if token not in vocab` where the two lists meet).
+def _specials_last_overwritten(sentences, specials=SPECIALS):
+    vocab = _vocab(sentences, specials, with_specials=False)
+    for token in specials:
+        vocab[token] = len(vocab)
+    return vocab
+
+
+def _sorted_tokens_enumerated(sentences, specials=SPECIALS):
+    tokens = list(specials) + sorted({t for s in sentences for t in s.split()})
+    return {token: i for i, token in enumerate(tokens)}
 
 
 def _repeated_token_renumbered(sentences, specials=SPECIALS):
@@ -77,18 +140,23 @@ def _specials_argument_ignored(sentences, specials=SPECIALS):
     return _vocab(sentences, SPECIALS)
 
 
+def _lowercased(sentences, specials=SPECIALS):
+    return _vocab(sentences, specials, split=lambda s: s.lower().split())
+
+
 register(Exercise(
     name="build_vocab",
     reference=build_vocab,
     make_cases=_vocab_cases,
+    random_cases=_vocab_random_cases,
     solution_sources=(tok.tokenize, build_vocab),
     mistakes=[
         Mistake("specials not numbered first",
                 "give the specials ids 0, 1, 2, ... before any word, so <pad> is 0 on every corpus",
-                _specials_last),
+                _specials_last, also=(_specials_last_overwritten,)),
         Mistake("tokens sorted instead of numbered by first appearance",
                 "walk the sentences in order and give each new token the next id, len(vocab)",
-                _sorted_tokens),
+                _sorted_tokens, also=(_sorted_tokens_enumerated,)),
         Mistake("a repeated token gets a new id",
                 "only add a token the first time: `if token not in vocab: vocab[token] = len(vocab)`",
                 _repeated_token_renumbered),
@@ -107,6 +175,9 @@ register(Exercise(
         Mistake("the specials argument is ignored",
                 "number the `specials` you were given, not a hard-coded list",
                 _specials_argument_ignored),
+        Mistake("tokens lowercased",
+                _LOWERCASE_HINT,
+                _lowercased),
     ],
 ))
 
@@ -121,9 +192,26 @@ def _encode_cases() -> list[Case]:
         Case("unknown words", ("the zebra sat on a sofa", vocab)),
         Case("with <bos> and <eos>", ("the cat sat", vocab), {"add_bos": True, "add_eos": True}),
         Case("<eos> only", ("a cat", vocab), {"add_eos": True}),
-        Case("a vocab whose <unk> is 1; double space", ("zebra the  dog", other), {"add_bos": True}),
+        Case("a vocab whose <unk> is 1, <bos> 2, <eos> 3; double space", ("zebra the  dog", other),
+             {"add_bos": True, "add_eos": True}),
         Case("empty sentence", ("", vocab), {"add_bos": True, "add_eos": True}),
+        Case("capital letters: 'The' is not 'the'", ("The cat sat on The mat", vocab)),
+        Case("<pad> and <unk> typed in the sentence get their own ids", ("the <pad> cat <unk>", vocab)),
     ]
+
+
+def _encode_random_cases(seed: int) -> list[Case]:
+    """Random sentences (known, unknown and capitalised words, typed specials, odd spacing,
+    empty) with random add_bos / add_eos, in vocabs with the specials in any order."""
+    rng = random.Random(300 + seed)
+    cases = []
+    for _ in range(10):
+        vocab = _random_vocab(rng)
+        sentence = _random_sentence(rng, _WORDS + ("zebra", "sofa"), most=8)
+        flags = {name: rng.random() < 0.5 for name in ("add_bos", "add_eos") if rng.random() < 0.7}
+        cases.append(Case("random sentence", (sentence, vocab), flags))
+    cases.append(Case("flags by position", (_random_sentence(rng), _random_vocab(rng), True, False)))
+    return cases
 
 
 def _encoder(lookup, *, split=str.split, flags=None, swap=False):
@@ -142,10 +230,19 @@ def _known_or_unk(vocab, token):
     return [vocab.get(token, vocab[UNK])]
 
 
+def _lowercased_or_unk(vocab, token):
+    return [vocab.get(token.lower(), vocab[UNK])]
+
+
+def _added_to_vocab(vocab, token):
+    return [vocab.setdefault(token, len(vocab))]
+
+
 register(Exercise(
     name="encode",
     reference=encode,
     make_cases=_encode_cases,
+    random_cases=_encode_random_cases,
     solution_sources=(tok.tokenize, tok._special_id, encode),
     mistakes=[
         Mistake("KeyError on an unknown token",
@@ -172,6 +269,13 @@ register(Exercise(
         Mistake("split(' ') keeps empty tokens",
                 _SPLIT_HINT,
                 _encoder(_known_or_unk, split=lambda s: s.split(" "))),
+        Mistake("tokens lowercased",
+                _LOWERCASE_HINT,
+                _encoder(_lowercased_or_unk)),
+        Mistake("unknown words added to the vocab",
+                "encode only reads the vocab: an unknown word becomes vocab['<unk>']; a new id "
+                "would change the caller's dict and have no row in the embedding table",
+                _encoder(_added_to_vocab)),
     ],
 ))
 
@@ -180,6 +284,9 @@ register(Exercise(
 
 def _decode_cases() -> list[Case]:
     vocab = build_vocab(CORPUS)
+    other = build_vocab(CORPUS, specials=OTHER_ORDER)
+    few = build_vocab(CORPUS, specials=ONLY_PAD_UNK)  # pad 0, unk 1, the 2, cat 3, sat 4, ...
+    hearts = build_vocab(["i <3 attention"])
     return [
         Case("<bos> ... <eos> then padding", ([1, 4, 5, 6, 2, 0, 0], vocab)),
         Case("a 1-D tensor with an <unk>", (torch.tensor([1, 9, 10, 3, 6, 2, 0]), vocab)),
@@ -187,11 +294,32 @@ def _decode_cases() -> list[Case]:
         Case("no specials at all", ([9, 10, 6], vocab)),
         Case("skip_specials=False keeps everything", ([1, 4, 3, 2, 0], vocab), {"skip_specials": False}),
         Case("a 1-D tensor", (torch.tensor([1, 7, 4, 8, 2]), vocab)),
+        Case("a vocab whose <unk> is 1, <bos> 2, <eos> 3", ([2, 4, 1, 5, 3, 6, 0], other)),
+        Case("a vocab with only <pad> and <unk>: ids 2 and 3 are words", ([2, 3, 1, 4, 0], few)),
+        Case("no ids at all", ([], vocab)),
+        Case("a vocab of one word, no specials", ([0, 0], {"hello": 0})),
+        Case("'<3' starts with '<' but is a word, not a special", ([1, 4, 5, 6, 2], hearts)),
     ]
 
 
+def _decode_random_cases(seed: int) -> list[Case]:
+    """Random ids (lists and 1-D tensors, empty, specials anywhere, several <eos> or none)
+    in vocabs with the specials in any order, only some of them, or none; one of one word."""
+    rng = random.Random(400 + seed)
+    vocabs = [_random_vocab(rng, specials)
+              for specials in (*_SPECIALS_CHOICES, ONLY_PAD_UNK, (), *[None] * 4)]
+    cases = []
+    for vocab in vocabs + [{rng.choice(_WORDS): 0}]:
+        ids = [rng.choice(list(vocab.values())) for _ in range(rng.randint(0, 9) if vocab else 0)]
+        if rng.random() < 0.5:
+            ids = torch.tensor(ids, dtype=torch.long)
+        flag = {} if rng.random() < 0.3 else {"skip_specials": rng.random() < 0.6}
+        cases.append(Case("random ids", (ids, vocab), flag))
+    return cases
+
+
 def _decoder(*, stop_at_eos=True, skip=SPECIALS, flag=True, tolist=True, invert=True,
-             join=" ".join):
+             join=" ".join, by_id=False):
     def variant(ids, vocab, skip_specials=True):
         if not flag:
             skip_specials = True
@@ -201,9 +329,9 @@ def _decoder(*, stop_at_eos=True, skip=SPECIALS, flag=True, tolist=True, invert=
         tokens = []
         for index in ids:
             token = id_to_token[index]
-            if skip_specials and stop_at_eos and token == EOS:
+            if skip_specials and stop_at_eos and (index == 2 if by_id else token == EOS):
                 break
-            if skip_specials and token in skip:
+            if skip_specials and (index < 4 if by_id else token in skip):
                 continue
             tokens.append(token)
         return join(tokens)
@@ -214,6 +342,7 @@ register(Exercise(
     name="decode",
     reference=decode,
     make_cases=_decode_cases,
+    random_cases=_decode_random_cases,
     solution_sources=(tok.invert_vocab, decode),
     mistakes=[
         Mistake("does not stop at <eos>",
@@ -234,6 +363,10 @@ register(Exercise(
         Mistake("tokens joined without spaces",
                 "join with a space between tokens: ' '.join(tokens)",
                 _decoder(join="".join)),
+        Mistake("special ids hard-coded as 0-3",
+                "find the specials by name, id_to_token[i] == '<eos>': another vocabulary gives "
+                "them other ids, or none",
+                _decoder(by_id=True)),
         Mistake("skip_specials ignored",
                 "when skip_specials is False, keep every token, specials included, and do not stop at <eos>",
                 _decoder(flag=False)),
@@ -249,18 +382,46 @@ def _pad_cases() -> list[Case]:
         Case("pad_id 1, and a real id 0", ([[4, 0, 5], [6]], 1)),
         Case("max_len shorter than the longest row", ([[3, 4, 5, 6, 7], [8, 9]], 0), {"max_len": 3}),
         Case("max_len longer than every row", ([[3, 4], [5]], 0), {"max_len": 4}),
+        Case("max_len 1: one id per row", ([[3, 4], [5], []], 2), {"max_len": 1}),
         Case("an empty row", ([[7, 8, 9], []], 0)),
         Case("a single row", ([[2, 3, 4, 5]], 0)),
+        Case("rows that are all empty: shape (2, 0)", ([[], []], 0)),
+        Case("an empty batch: no longest row, so ValueError", ([], 0), raises=ValueError),
     ]
 
 
-def _padded_rows(id_lists, pad_id, max_len, *, left=False, truncate=True, use_max_len=True):
+def _pad_random_cases(seed: int) -> list[Case]:
+    """1-5 rows of 0-6 ids (the pad id among them), any pad id, max_len None, shorter,
+    equal or longer than the longest row, given by position or keyword; and []."""
+    rng = random.Random(500 + seed)
+    cases = []
+    for _ in range(10):
+        rows = [[rng.randint(0, 12) for _ in range(rng.randint(0, 6))] for _ in range(rng.randint(1, 5))]
+        pad_id = rng.choice((0, 0, 1, 3, 99))
+        longest = max(map(len, rows))
+        max_len = rng.choice((None, None, 1, max(1, longest - 1), max(1, longest), longest + 2))
+        if max_len is None:
+            cases.append(Case("random rows", (rows, pad_id)))
+        elif rng.random() < 0.5:
+            cases.append(Case("random rows, max_len by keyword", (rows, pad_id), {"max_len": max_len}))
+        else:
+            cases.append(Case("random rows, max_len by position", (rows, pad_id, max_len)))
+    cases.append(Case("an empty batch", ([], rng.randint(0, 3)), raises=ValueError))
+    return cases
+
+
+def _padded_rows(id_lists, pad_id, max_len, *, left=False, truncate=True, use_max_len=True,
+                 pads_caller=False, cuts_caller=False):
     length = max_len if (max_len is not None and use_max_len) else max(len(i) for i in id_lists)
     rows = []
     for ids in id_lists:
-        ids = list(ids)[:length] if truncate else list(ids)
-        padding = [pad_id] * (length - len(ids))
-        rows.append(padding + ids if left else ids + padding)
+        kept = list(ids)[:length] if truncate else list(ids)
+        padding = [pad_id] * (length - len(kept))
+        if cuts_caller:
+            del ids[length:]
+        if pads_caller:
+            ids += padding
+        rows.append(padding + kept if left else kept + padding)
     return rows
 
 
@@ -274,32 +435,48 @@ def _padder(*, dtype=torch.long, pad=None, transpose=False, as_list=False, **how
     return variant
 
 
+def _pad_mistake(name, hint, *hows):
+    """A mistake made in each way of `hows` (keywords of _padder), with dtype=torch.long
+    or with torch.tensor(rows) and no dtype, as most learners write it (long too, except for
+    rows that are all empty: float32)."""
+    variants = [_padder(dtype=dtype, **how) for how in hows for dtype in (torch.long, None)]
+    return Mistake(name, hint, variants[0], also=tuple(variants[1:]))
+
+
 register(Exercise(
     name="pad_batch",
     reference=pad_batch,
     make_cases=_pad_cases,
+    random_cases=_pad_random_cases,
     mistakes=[
-        Mistake("padding on the left",
-                "pad on the right: the ids first, then pad_id up to length L",
-                _padder(left=True)),
+        _pad_mistake("padding on the left",
+                     "pad on the right: the ids first, then pad_id up to length L (left padding is a "
+                     "convention of batched text generation, not this course's)",
+                     {"left": True}),
         Mistake("ids not torch.long",
-                "token ids index the embedding table: make the batch with dtype=torch.long",
+                "token ids index the embedding table: make the batch with dtype=torch.long "
+                "(without it, torch.tensor([[], []]) is float32)",
                 _padder(dtype=torch.float32),
-                also=(_padder(dtype=torch.int32), _padder(dtype=torch.float64))),
-        Mistake("pad id hard-coded as 0",
-                "pad with the pad_id argument; it is 0 only in one vocabulary",
-                _padder(pad=0)),
-        Mistake("max_len ignored",
-                "when max_len is given, L = max_len (cut longer rows, pad shorter ones)",
-                _padder(use_max_len=False)),
-        Mistake("rows longer than max_len not cut",
-                "truncate each row to max_len before padding: ids[:max_len]",
-                _padder(truncate=False)),
+                also=(_padder(dtype=None), _padder(dtype=torch.int32), _padder(dtype=torch.float64))),
+        _pad_mistake("pad id hard-coded as 0",
+                     "pad with the pad_id argument; it is 0 only in one vocabulary",
+                     {"pad": 0}),
+        _pad_mistake("max_len ignored",
+                     "when max_len is given, L = max_len (cut longer rows, pad shorter ones)",
+                     {"use_max_len": False}),
+        _pad_mistake("rows longer than max_len not cut",
+                     "truncate each row to max_len before padding: ids[:max_len]",
+                     {"truncate": False}),
         Mistake("a list instead of a tensor",
                 "return one (B, L) tensor: torch.tensor(rows, dtype=torch.long)",
                 _padder(as_list=True)),
-        Mistake("(L, B) instead of (B, L)",
-                "one row per sentence: the batch axis comes first, shape (B, L)",
-                _padder(transpose=True)),
+        _pad_mistake("(L, B) instead of (B, L)",
+                     "one row per sentence: the batch axis comes first, shape (B, L) (pad_sequence's "
+                     "default, batch_first=False, gives (L, B))",
+                     {"transpose": True}),
+        _pad_mistake("the caller's id lists edited in place",
+                     "build new rows, `list(ids) + [pad_id] * n`, instead of ids.append / ids += ...: "
+                     "the caller still needs its own lists",
+                     {"pads_caller": True}, {"pads_caller": True, "cuts_caller": True}),
     ],
 ))

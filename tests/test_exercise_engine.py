@@ -388,8 +388,8 @@ def test_an_answer_that_edits_its_inputs_in_place_fails_and_says_which():
     def add_in_place(x, pe):
         x += pe[: x.size(1)]
         return x
-    result = check("add_positional_encoding", add_in_place)
-    assert not result and "changed its input `x` in place" in result.message
+    result = check("add_positional_encoding", add_in_place)   # also a catalogued mistake: the name comes first
+    assert not result and "changed its input `x` in place" in str(result)
 
     def pad_in_place(id_lists, pad_id, max_len=None):
         length = max_len or max(len(ids) for ids in id_lists)
@@ -397,8 +397,8 @@ def test_an_answer_that_edits_its_inputs_in_place_fails_and_says_which():
             del ids[length:]
             ids.extend([pad_id] * (length - len(ids)))
         return torch.tensor(id_lists, dtype=torch.long)
-    result = check("pad_batch", pad_in_place)
-    assert not result and "changed its input `id_lists` in place" in result.message
+    result = check("pad_batch", pad_in_place)   # a catalogued mistake too
+    assert not result and "changed its input `id_lists" in str(result)
 
 
 def test_check_runs_on_one_thread_and_restores_the_number_of_threads():
@@ -580,3 +580,28 @@ def test_a_diagnosis_never_prints_a_whole_params_dict_or_a_long_tensor():
     assert _describe(torch.zeros(100, 100)) == "float32(100, 100)"
     result = check("multi_head_attention", lambda *args, **kwargs: args[3])
     assert len(str(result)) < 1500 and "tensor(" not in str(result)
+
+
+def _square(x):
+    return x * x
+
+
+def test_an_input_overwritten_after_use_is_named_not_hidden_by_autograd(toy):
+    def overwrites_after_use(x):
+        y = x * x
+        x.zero_()  # autograd needed x for the backward pass: the engine's backward fails
+        return y
+    toy("toy_square", reference=_square, make_cases=_scale_cases_one, gradients=True)
+    result = check("toy_square", overwrites_after_use)
+    assert not result and "changed its input `x` in place" in result.message, str(result)
+
+
+def test_a_large_gradient_is_compared_relative_to_its_size(toy):
+    def cases():
+        return [Case("gradients near 1e3", (1e3 * torch.linspace(1.0, 2.0, 7),))]
+    toy("toy_square_large", reference=_square, make_cases=cases, gradients=True, atol=1e-5, rtol=0.0)
+    def off_gradient(offset):  # the value x * x exactly, with a gradient 2x + 2 * offset
+        return lambda x: x * x.detach() + (x - x.detach()) * (x.detach() + 2 * offset)
+    assert check("toy_square_large", off_gradient(5e-5))    # about 1e-8 of the gradient's size
+    result = check("toy_square_large", off_gradient(0.5))  # about 1e-4 of it: a real difference
+    assert not result and "the gradient reaching `x`" in result.message

@@ -21,9 +21,10 @@ out) holds a predict question when
 * in the next code cell, with no markdown cell in between. That cell is tagged
   `predict-answer`, holds its stored output, and that output is collapsed
   (`metadata.jupyter.outputs_hidden: true`: JupyterLab shows a placeholder until it is
-  clicked; nbval still compares the output). The text right after it begins with a closed
-  `<details>` block (the explanation), a heading, or the next question, never with open
-  prose that gives the answer away.
+  clicked; nbval still compares the output). JupyterLab's placeholder previews the first
+  non-empty line of the first output, so that line is the neutral `Answer:`. The text right
+  after the cell begins with a closed `<details>` block (the explanation), a heading, or the
+  next question, never with open prose that gives the answer away.
 
 And every cell tagged `predict-answer` answers one of these questions.
 """
@@ -39,6 +40,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 TAG = "predict-answer"
+PREVIEW = "Answer:"   # the first output line of every answer cell: all a folded answer shows
+# The MIME types JupyterLab looks for, in order, to write the preview of a folded output
+# (Cell.getOutputPlaceholderText in @jupyterlab/cells); a stream's text counts as one of them.
+PREVIEW_TYPES = ["text/html", "image/svg+xml", "application/pdf", "text/markdown", "text/plain"]
 
 ASKS = re.compile(r"\bpredict\b[^.\n]*\b(then|before|first)\b"
                   r"|\bwrite\b[^.\n]{0,40}\bdown\b"
@@ -64,6 +69,23 @@ def _source(cell: dict) -> str:
 
 def _tags(cell: dict) -> list[str]:
     return cell.get("metadata", {}).get("tags", [])
+
+
+def _preview(cell: dict) -> str | None:
+    """The text JupyterLab shows on the placeholder of the cell's folded output: the first
+    non-empty line of the first output, or None."""
+    outputs = cell.get("outputs") or [{}]
+    first = outputs[0]
+    if first.get("output_type") == "stream":
+        text = first.get("text", "")
+    else:
+        data = first.get("data", {})
+        kind = next((k for k in PREVIEW_TYPES if k in data), None)
+        if kind is None:
+            return None
+        text = data[kind]
+    text = "".join(text) if isinstance(text, list) else text
+    return next((line for line in text.split("\n") if line), None)
 
 
 def _blank_details(text: str) -> str:
@@ -149,6 +171,10 @@ def _check_notebook(path: Path) -> tuple[list[Question], list[str]]:
         if cell.get("metadata", {}).get("jupyter", {}).get("outputs_hidden") is not True:
             problems.append(f"{where}: the output of its answer cell {answer} is not collapsed "
                             f"(metadata jupyter.outputs_hidden is not true)")
+        preview = _preview(cell)
+        if cell.get("outputs") and preview not in (None, PREVIEW):
+            problems.append(f"{where}: the folded output of its answer cell {answer} still shows "
+                            f"its first line, {preview!r}; print {PREVIEW!r} first")
         after = next((i for i in range(answer + 1, len(cells)) if _source(cells[i]).strip()), None)
         if after is not None and cells[after]["cell_type"] == "markdown":
             text = _source(cells[after])

@@ -14,10 +14,16 @@ For each `notebooks/NN_*.ipynb` the test:
    first image) or the text of the widget's Output area changes;
 4. always saves a screenshot to tests/browser/screenshots/NAME.png, also when it fails.
 
+One more check opens a notebook without running it and makes sure that the first
+"predict, then run" answer (a cell tagged `predict-answer`) is shown folded, its answer out of
+sight under the question, and that one click on the folded output shows it
+(screenshots predict_NAME_collapsed.png and predict_NAME_expanded.png).
+
 The server and browser come from conftest.py; the notebooks run on copies.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -304,3 +310,101 @@ def test_notebook_runs_and_its_widget_responds(name, lab_page, lab_server, recor
             page.screenshot(path=str(screenshot), timeout=15_000)
         except Exception as error:  # the screenshot must never hide the real failure
             print(f"{name}: could not save {screenshot}: {error}")
+
+
+# ---- a "predict, then run" answer is shown collapsed ---------------------------------------
+# tests/test_predict_cells.py checks the stored metadata (`jupyter.outputs_hidden` on every
+# cell tagged `predict-answer`); this check makes sure JupyterLab honours it: the answer's
+# stored output is hidden behind the output placeholder, which previews only the neutral first
+# line `Answer:`, the question above it is on screen, and one click on the placeholder shows
+# the answer. (Running the cell unfolds it too: JupyterLab shows a cell's fresh output.)
+PREDICT_NOTEBOOK = "06_multihead.ipynb"
+
+PREDICT_CELL_JS = r"""
+([path, index]) => {
+  const panel = window.__tfm.panel(path);
+  const cell = panel.content.widgets[index];
+  if (!cell) return null;
+  cell.node.setAttribute('data-tfm-predict', 'answer');
+  const question = panel.content.widgets[index - 1];
+  if (question) question.node.setAttribute('data-tfm-predict', 'question');
+  const tags = cell.model.getMetadata('tags') || [];
+  return {tags: tags, outputHidden: cell.outputHidden};
+}
+"""
+
+
+def _first_predict_answer(path: Path) -> tuple[int, str]:
+    """Index of the first cell tagged `predict-answer`, and the first line of its stored
+    output after the neutral `Answer:` line that the folded output previews."""
+    cells = json.loads(path.read_text())["cells"]
+    for index, cell in enumerate(cells):
+        if "predict-answer" in cell.get("metadata", {}).get("tags", []):
+            lines = []
+            for output in cell.get("outputs", []):
+                text = output.get("text") or output.get("data", {}).get("text/plain", "")
+                text = "".join(text) if isinstance(text, list) else text
+                lines += [line.strip() for line in text.splitlines() if line.strip()]
+            if lines[:1] == ["Answer:"] and len(lines) > 1:
+                return index, lines[1]
+            _fail(f"{path.name}: cell {index} (predict-answer) should print 'Answer:' and then "
+                  f"its answer; its stored output is {lines[:3]}")
+    _fail(f"{path.name}: no cell tagged 'predict-answer'")
+
+
+def test_predict_answer_is_collapsed_until_clicked(lab_page, lab_server):
+    page = lab_page
+    SCREENSHOTS.mkdir(exist_ok=True)
+    name = PREDICT_NOTEBOOK
+    index, answer_line = _first_predict_answer(NOTEBOOKS_DIR / name)
+    screenshot = SCREENSHOTS / f"predict_{Path(name).stem}"
+    try:
+        path = _open_notebook(page, lab_server, name, workspace="test-predict")
+        # Bring the cell on screen first: a notebook renders cells lazily as they scroll in.
+        page.evaluate("([path, i]) => window.__tfm.panel(path).content.scrollToItem(i, 'center')",
+                      [path, index])
+
+        def rendered():
+            found = page.evaluate(PREDICT_CELL_JS, [path, index])
+            return found is not None, found
+
+        state = _wait(f"{name}: cell {index} rendered", rendered, WIDGET_TIMEOUT_S)
+        if "predict-answer" not in state["tags"]:
+            _fail(f"{name}: JupyterLab's cell {index} has tags {state['tags']}, not predict-answer")
+        if not state["outputHidden"]:
+            _fail(f"{name}: JupyterLab shows the output of predict-answer cell {index}: "
+                  "the notebook's jupyter.outputs_hidden metadata was not applied")
+
+        cell = page.locator("[data-tfm-predict=answer]")
+        question = page.locator("[data-tfm-predict=question]")
+        placeholder = cell.locator(".jp-OutputPlaceholder")
+        outputs = cell.locator(".jp-Cell-outputArea")
+        cell.scroll_into_view_if_needed()
+        placeholder.wait_for(state="visible", timeout=WIDGET_TIMEOUT_S * 1000)
+        if not question.is_visible() or not _text(question):
+            _fail(f"{name}: the question above predict-answer cell {index} is not visible")
+        if outputs.is_visible() or answer_line in _text(cell):
+            _fail(f"{name}: the answer {answer_line!r} is on screen before the placeholder is clicked")
+        if "Answer:" not in _text(placeholder):  # the placeholder previews the first output line
+            _fail(f"{name}: the folded output shows {_text(placeholder)!r}, not 'Answer:'")
+        cell.evaluate("(el) => el.scrollIntoView({block: 'center'})")
+        time.sleep(0.3)
+        page.screenshot(path=f"{screenshot}_collapsed.png", timeout=15_000)
+
+        placeholder.click()
+        outputs.wait_for(state="visible", timeout=WIDGET_TIMEOUT_S * 1000)
+        _wait(f"{name}: the answer {answer_line!r} shown after the click",
+              lambda: (answer_line in _text(outputs), _text(outputs)[:300]), WIDGET_TIMEOUT_S)
+        if placeholder.is_visible():
+            _fail(f"{name}: the output placeholder is still shown after the click")
+        cell.evaluate("(el) => el.scrollIntoView({block: 'center'})")
+        time.sleep(0.3)
+        page.screenshot(path=f"{screenshot}_expanded.png", timeout=15_000)
+    except BaseException:
+        if page.tfm_console_errors:
+            print(f"{name}: browser console errors:\n" + "\n".join(page.tfm_console_errors[-20:]))
+        try:
+            page.screenshot(path=f"{screenshot}_failure.png", timeout=15_000)
+        except Exception as error:  # the screenshot must never hide the real failure
+            print(f"{name}: could not save a screenshot: {error}")
+        raise

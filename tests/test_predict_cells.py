@@ -58,7 +58,7 @@ DETAILS = re.compile(r"<details\b([^>]*)>.*?</details>", re.DOTALL | re.IGNORECA
 @dataclass
 class Question:
     cell: int        # index of the markdown cell that asks it
-    start: int       # where in that cell's text the question's segment starts
+    start: int       # where in that cell's text the question begins
     text: str        # the first words, for messages
 
 

@@ -40,6 +40,20 @@ def require_min_ndim(name: str, x, ndim: int, layout: str) -> torch.Tensor:
     return x
 
 
+def require_like(name: str, x: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    """x must share ref's dtype and device. torch refuses a matmul of float32 with float64,
+    and any operation across two devices, with a message that names neither argument."""
+    if x.dtype != ref.dtype:
+        raise TypeError(f"{name}: expected dtype {ref.dtype} like {ref_name}, got {x.dtype}")
+    require_same_device(name, x, ref_name, ref)
+
+
+def require_same_device(name: str, x: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if x.device != ref.device:
+        raise ValueError(f"{name}: expected a tensor on {ref.device} like {ref_name}, "
+                         f"got one on {x.device}")
+
+
 def require_float(name: str, x: torch.Tensor) -> torch.Tensor:
     if not x.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
@@ -69,6 +83,48 @@ def require_positive_int(name: str, value) -> int:
     if value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value}")
     return value
+
+
+def require_non_negative(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a float >= 0, got {value!r}")
+    if not value >= 0.0:  # also refuses nan
+        raise ValueError(f"{name}: expected a float >= 0, got {value}")
+    return float(value)
+
+
+def require_token_id(name: str, value) -> int:
+    """One id, such as the `<pad>` id: an int, not the token's str or a float."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int token id such as vocab['<pad>'], got {value!r}")
+    return value
+
+
+def require_factory_args(generator, dtype, device) -> None:
+    """How new tensors are made: checked here, where the error can name the argument."""
+    require_generator(generator)
+    require_float_dtype(dtype)
+    require_device(device)
+
+
+def require_generator(generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator or None, got {generator!r}")
+
+
+def require_float_dtype(dtype) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype: expected a floating-point torch.dtype such as torch.float32, "
+                        f"got {dtype!r}")
+
+
+def require_device(device) -> None:
+    if device is None:
+        return
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device: expected a device such as 'cpu' or 'cuda', got {device!r}") from None
 
 
 def require_probability(name: str, value) -> float:
@@ -108,3 +164,12 @@ def require_keys(name: str, params, keys: tuple[str, ...]) -> None:
         raise ValueError(
             f"{name}: missing keys {missing}; expected {keys}, got {tuple(params)}"
         )
+
+
+def require_params_like(name: str, params: dict, keys: tuple[str, ...], ref_name: str,
+                        ref: torch.Tensor) -> None:
+    """Every tensor of `params` (a bias may be None) shares ref's dtype and device."""
+    for key in keys:
+        value = params.get(key)
+        if isinstance(value, torch.Tensor):
+            require_like(f"{name}[{key!r}]", value, ref_name, ref)

@@ -5,7 +5,8 @@ import math
 
 import torch
 
-from ._validation import require_float, require_mask, require_min_ndim, shape_str
+from ._validation import (require_float, require_like, require_mask, require_min_ndim,
+                          require_same_device, shape_str)
 from .shapes import broadcast_shape
 
 
@@ -16,11 +17,10 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor,
     `mask` is bool and broadcasts to (..., Lq, Lk); True means "may attend".
     A query row whose keys are all masked gets zero weights and a zero context.
     """
-    _check_inputs(query, key, value)
+    _check_attention_inputs(query, key, value, mask)
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)   # (..., Lq, Lk)
     if mask is not None:
-        require_mask("mask", mask, scores.shape, "(..., Lq, Lk)")
         scores = scores.masked_fill(~mask, float("-inf"))      # masked keys get no weight
     weights = torch.softmax(scores, dim=-1)                    # over keys; NaN on all -inf rows
     if mask is not None:
@@ -28,11 +28,13 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor,
     return weights @ value, weights                            # (..., Lq, d_v), (..., Lq, Lk)
 
 
-def _check_inputs(query, key, value) -> None:
+def _check_attention_inputs(query, key, value, mask) -> None:
     for name, x, layout in (("query", query, "(..., Lq, d_k)"), ("key", key, "(..., Lk, d_k)"),
                             ("value", value, "(..., Lk, d_v)")):
         require_min_ndim(name, x, 2, layout)
         require_float(name, x)
+    require_like("key", key, "query", query)
+    require_like("value", value, "query", query)
     if key.size(-1) != query.size(-1):
         raise ValueError(
             f"key: expected last axis d_k = {query.size(-1)} to match query {shape_str(query)}, "
@@ -44,9 +46,14 @@ def _check_inputs(query, key, value) -> None:
             f"got shape {shape_str(value)}"
         )
     try:
-        broadcast_shape(broadcast_shape(query.shape[:-2], key.shape[:-2]), value.shape[:-2])
+        batch_shape = broadcast_shape(query.shape[:-2], key.shape[:-2])  # that of the scores
+        broadcast_shape(batch_shape, value.shape[:-2])
     except ValueError:
         raise ValueError(
             f"query, key, value: leading (batch/head) axes must broadcast, got "
             f"{shape_str(query)}, {shape_str(key)}, {shape_str(value)}"
         ) from None
+    if mask is not None:
+        scores_shape = (*batch_shape, query.size(-2), key.size(-2))  # query @ key^T
+        require_mask("mask", mask, scores_shape, "(..., Lq, Lk)")
+        require_same_device("mask", mask, "query", query)

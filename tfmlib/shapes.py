@@ -13,6 +13,8 @@ def describe(x: torch.Tensor, axes: str) -> str:
     """describe(x, "B L D") -> "(B=2, L=5, D=8) float32": the shape with its axis names."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a tensor, got {type(x).__name__}")
+    if not isinstance(axes, str):
+        raise TypeError(f"axes: expected a str of axis names such as \"B L D\", got {axes!r}")
     names = axes.split()
     if len(names) != x.dim():
         raise ValueError(f"axes: expected {x.dim()} names for shape {tuple(x.shape)}, "
@@ -27,19 +29,38 @@ def broadcast_shape(shape_a, shape_b) -> tuple[int, ...]:
     Shapes are aligned from the right; on each axis the sizes must be equal or
     one of them 1 (which is then repeated); a missing axis counts as 1.
     """
+    _check_broadcastable(shape_a, shape_b)
     shape_a, shape_b = tuple(shape_a), tuple(shape_b)
     ndim = max(len(shape_a), len(shape_b))
     a = (1,) * (ndim - len(shape_a)) + shape_a
     b = (1,) * (ndim - len(shape_b)) + shape_b
     result = []
+    for size_a, size_b in zip(a, b):
+        result.append(size_a if size_b == 1 else size_b)  # a size-1 axis is repeated
+    return tuple(result)
+
+
+def _check_broadcastable(shape_a, shape_b) -> None:
+    """A ValueError naming the first axis, aligned from the right, whose sizes clash."""
+    for name, shape in (("shape_a", shape_a), ("shape_b", shape_b)):
+        if not _is_shape(shape):
+            raise TypeError(f"{name}: expected a shape, a tuple of sizes such as (2, 3), got {shape!r}")
+    shape_a, shape_b = tuple(shape_a), tuple(shape_b)
+    ndim = max(len(shape_a), len(shape_b))
+    a = (1,) * (ndim - len(shape_a)) + shape_a
+    b = (1,) * (ndim - len(shape_b)) + shape_b
     for axis, (size_a, size_b) in enumerate(zip(a, b)):
         if size_a != size_b and 1 not in (size_a, size_b):
             raise ValueError(
                 f"shapes {shape_a} and {shape_b} do not broadcast: aligned from the right, "
                 f"axis {axis - ndim} has sizes {size_a} and {size_b}; they must be equal or one must be 1"
             )
-        result.append(size_a if size_b == 1 else size_b)  # a size-1 axis is repeated
-    return tuple(result)
+
+
+def _is_shape(shape) -> bool:
+    """A tuple (torch.Size is one) or list of sizes >= 0; not a tensor, whose shape is x.shape."""
+    return isinstance(shape, (tuple, list)) and all(
+        isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape)
 
 
 @dataclass
@@ -77,6 +98,8 @@ def trace_shapes(function_names):
     """
     if isinstance(function_names, str):
         raise TypeError(f"function_names: expected a list of names, got the str {function_names!r}")
+    if not hasattr(function_names, "__iter__"):
+        raise TypeError(f"function_names: expected a list of names, got {function_names!r}")
     trace, depth = ShapeTrace(), [0]
     patched = []
     # tfmlib's own modules, and the caller's script or notebook, which may have done

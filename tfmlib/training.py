@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ._validation import require_keys, require_ndim, require_size
 from .adam import adam_init, adam_step, zero_grad
 from .embeddings import add_positional_encoding, embed, sinusoidal_positional_encoding
 from .encoder_decoder import (decoder, decoder_layer, encoder, encoder_layer,
@@ -77,7 +78,15 @@ def _pad(id_lists: list[list[int]]) -> torch.Tensor:
 
 def shift_right(tgt: torch.Tensor):
     """Teacher forcing: the decoder reads tgt[:, :-1] and must predict tgt[:, 1:]."""
+    _check_target(tgt)
     return tgt[:, :-1], tgt[:, 1:]
+
+
+def _check_target(tgt) -> None:
+    require_ndim("tgt", tgt, 2, "(B, Lt)")
+    if tgt.size(1) < 2:  # one token leaves nothing to predict
+        raise ValueError(f"tgt: expected at least 2 tokens per row (<bos> and one to predict), "
+                         f"got shape {tuple(tgt.shape)}")
 
 
 # ---- the model ------------------------------------------------------------------------------
@@ -92,6 +101,9 @@ class ModelConfig:
     max_len: int = 32
     norm_first: bool = True
     dropout_p: float = 0.0
+
+
+MODEL_KEYS = ("embedding", "encoder", "decoder", "encoder_norm", "decoder_norm", "out_bias")
 
 
 def init_model(config: ModelConfig, generator: torch.Generator | None = None,
@@ -151,6 +163,7 @@ def decode_target(params: dict, tgt_in: torch.Tensor, memory: torch.Tensor,
 def forward(params: dict, src: torch.Tensor, tgt_in: torch.Tensor, config: ModelConfig,
             training: bool = False) -> torch.Tensor:
     """(B, Ls) source ids, (B, Lt) shifted target ids -> logits (B, Lt, V)."""
+    _check_forward_inputs(params, src, tgt_in, config)
     memory, src_mask = encode_source(params, src, config, training)
     return decode_target(params, tgt_in, memory, src_mask, config, training)
 
@@ -180,6 +193,19 @@ def attention_maps(params: dict, src: torch.Tensor, tgt_in: torch.Tensor,
         maps["decoder_self"].append(self_weights)
         maps["decoder_cross"].append(cross_weights)
     return maps
+
+
+def _check_forward_inputs(params, src, tgt_in, config) -> None:
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
+    require_keys("params", params, MODEL_KEYS)
+    require_ndim("src", src, 2, "(B, Ls)")
+    require_ndim("tgt_in", tgt_in, 2, "(B, Lt)")
+    require_size("tgt_in", tgt_in, 0, src.size(0), "batch size of src")
+    for name, ids in (("src", src), ("tgt_in", tgt_in)):
+        if ids.size(1) > config.max_len:  # the positional encoding has config.max_len rows
+            raise ValueError(f"{name}: expected at most config.max_len = {config.max_len} tokens "
+                             f"per row, got shape {tuple(ids.shape)}")
 
 
 def _options(config: ModelConfig, training: bool) -> dict:

@@ -18,10 +18,14 @@ def _check_call_lines(function: ast.FunctionDef) -> set[int]:
             and node.func.id.startswith("_check_")}
 
 
+# Raising on a clash is what exercise 1 of notebook 01 asks for: its raise is the answer.
+RAISING_IS_THE_EXERCISE = {"broadcast_shape"}
+
+
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_a_revealed_solution_has_no_raise_and_no_require(name):
     source = solution(name).source
-    for word in ("raise", "require_"):
+    for word in ("require_",) if name in RAISING_IS_THE_EXERCISE else ("raise", "require_"):
         assert word not in source, f"{name}: {word!r} in the revealed source\n{source}"
 
 

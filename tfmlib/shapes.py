@@ -29,32 +29,26 @@ def broadcast_shape(shape_a, shape_b) -> tuple[int, ...]:
     Shapes are aligned from the right; on each axis the sizes must be equal or
     one of them 1 (which is then repeated); a missing axis counts as 1.
     """
-    _check_broadcastable(shape_a, shape_b)
+    _check_shapes(shape_a, shape_b)
     shape_a, shape_b = tuple(shape_a), tuple(shape_b)
     ndim = max(len(shape_a), len(shape_b))
     a = (1,) * (ndim - len(shape_a)) + shape_a
     b = (1,) * (ndim - len(shape_b)) + shape_b
     result = []
-    for size_a, size_b in zip(a, b):
+    for axis, (size_a, size_b) in enumerate(zip(a, b), start=-ndim):
+        if size_a != size_b and 1 not in (size_a, size_b):  # the clash is the exercise's answer too
+            raise ValueError(
+                f"shapes {shape_a} and {shape_b} do not broadcast: aligned from the right, "
+                f"axis {axis} has sizes {size_a} and {size_b}; they must be equal or one must be 1"
+            )
         result.append(size_a if size_b == 1 else size_b)  # a size-1 axis is repeated
     return tuple(result)
 
 
-def _check_broadcastable(shape_a, shape_b) -> None:
-    """A ValueError naming the first axis, aligned from the right, whose sizes clash."""
+def _check_shapes(shape_a, shape_b) -> None:
     for name, shape in (("shape_a", shape_a), ("shape_b", shape_b)):
         if not _is_shape(shape):
             raise TypeError(f"{name}: expected a shape, a tuple of sizes such as (2, 3), got {shape!r}")
-    shape_a, shape_b = tuple(shape_a), tuple(shape_b)
-    ndim = max(len(shape_a), len(shape_b))
-    a = (1,) * (ndim - len(shape_a)) + shape_a
-    b = (1,) * (ndim - len(shape_b)) + shape_b
-    for axis, (size_a, size_b) in enumerate(zip(a, b)):
-        if size_a != size_b and 1 not in (size_a, size_b):
-            raise ValueError(
-                f"shapes {shape_a} and {shape_b} do not broadcast: aligned from the right, "
-                f"axis {axis - ndim} has sizes {size_a} and {size_b}; they must be equal or one must be 1"
-            )
 
 
 def _is_shape(shape) -> bool:

@@ -372,7 +372,8 @@ def _check(name: str, fn, cases: list[Case] | None) -> CheckResult:
         else _matching_mistake(exercise, cases, expected, actual)
     first = next(i for i, p in enumerate(problems) if p is not None)
     if mistake is not None:
-        raised = next((a.error for a in actual if isinstance(a, _Raised)), None)
+        raised = next((a.error for a, p in zip(actual, problems)  # on a case that failed
+                       if isinstance(a, _Raised) and p is not None), None)
         details = (f"hint: {mistake.hint}\nfirst seen on case {first + 1} of {len(cases)} "
                    f"({cases[first].label}): {problems[first].splitlines()[0]}")
         if raised is not None:
@@ -602,7 +603,11 @@ def _compare_values(expected, actual, exercise: Exercise, path: str = "output") 
     if isinstance(expected, (torch.Tensor, _Close)):
         return _compare_tensors(expected, actual, exercise, path)
     if isinstance(expected, (tuple, list)):
-        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
+        # A pair of returned tensors may come as a list or a tuple; a container of plain
+        # values must be of the expected kind (a shape is a tuple, token ids a list).
+        values = not any(isinstance(e, (torch.Tensor, _Close, tuple, list, dict)) for e in expected)
+        kind = (tuple if isinstance(expected, tuple) else list) if values else (tuple, list)
+        if not isinstance(actual, kind) or len(actual) != len(expected):
             got = f"{type(actual).__name__} of length {len(actual)}" \
                 if isinstance(actual, (tuple, list)) else type(actual).__name__
             return f"{path}: expected {_a(type(expected).__name__)} of {len(expected)} values, got {got}"

@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         return rows
 
     jobs = {
-        "attention": lambda: kernels.sdpa(settings=settings, **quick.get("sdpa", {})),
+        "attention": lambda: (kernels.sdpa(settings=settings, **quick.get("sdpa", {}))
+                              + kernels.sdpa_causal(settings=settings, **quick.get("sdpa_causal", {}))),
         "layers": lambda: (kernels.mha(settings=settings, **quick.get("mha", {}))
                            + kernels.encoder_layer(settings=settings, **quick.get("encoder_layer", {}))),
         "adam": lambda: kernels.adam(settings=settings),

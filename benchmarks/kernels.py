@@ -67,6 +67,26 @@ def sdpa(lengths=SDPA_LENGTHS, batch: int = 8, heads: int = 8, d_k: int = 64,
     return rows
 
 
+def sdpa_causal(batch: int = 8, heads: int = 8, length: int = 256, d_k: int = 64,
+                settings: Settings = FULL) -> list[Comparison]:
+    """Forward+backward with a causal mask, as a decoder trains: tfmlib vs F.sdpa given the same
+    bool mask (True = may attend), float32."""
+    g = _generator(1)
+    q, k, v = (torch.randn(batch, heads, length, d_k, generator=g).requires_grad_() for _ in range(3))
+    mask = tfmlib.causal_mask(length)                                  # (1, 1, L, L)
+    grad_out = torch.randn(batch, heads, length, d_k, generator=g)
+    ours = _gradient_fn(lambda: tfmlib.scaled_dot_product_attention(q, k, v, mask)[0], (q, k, v))
+    theirs = _gradient_fn(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), (q, k, v))
+    ours.grad_out = theirs.grad_out = grad_out
+    for a, b in zip(ours(), theirs()):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    timings = compare({"tfmlib": ours, "torch": theirs}, settings)
+    return [Comparison("attention, causal mask", "forward+backward",
+                       f"B={batch} H={heads} L={length} d_k={d_k}",
+                       "F.scaled_dot_product_attention(attn_mask=mask)",
+                       timings["tfmlib"], timings["torch"])]
+
+
 # ---- multi-head attention and the encoder layer ---------------------------------------------
 
 def _batch_with_padding(batch: int, length: int, d_model: int, seed: int = 0):
@@ -235,7 +255,7 @@ def adam(config: ModelConfig = ModelConfig(), settings: Settings = FULL) -> list
 
 def quick_sizes() -> dict:
     """Smaller sizes for `--quick` (the same code paths)."""
-    return {"sdpa": dict(lengths=(64, 128, 256)),
+    return {"sdpa": dict(lengths=(64, 128, 256)), "sdpa_causal": dict(length=64),
             "mha": dict(length=64),
             "encoder_layer": dict(length=64)}
 

@@ -117,7 +117,7 @@ def plot_attention(rows: list[Comparison], machine: Machine, path: Path, title_s
     names = {"tfmlib": "tfmlib.scaled_dot_product_attention", "torch": "F.scaled_dot_product_attention"}
     lengths = []
     for what in ("forward", "forward+backward"):
-        picked = [r for r in rows if r.what == what]
+        picked = [r for r in rows if r.what == what and r.group == "attention"]  # against L
         lengths = [int(r.size.split("=")[1]) for r in picked]
         for side in ("tfmlib", "torch"):
             colour, style = styles[(what, side)]

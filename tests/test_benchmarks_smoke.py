@@ -54,6 +54,12 @@ def test_attention_benchmark_at_tiny_sizes():
                                               for s in ("tfmlib", "torch")}
 
 
+def test_causal_attention_benchmark_at_a_tiny_size():
+    rows = kernels.sdpa_causal(batch=1, heads=2, length=8, d_k=4, settings=TINY)
+    _check_comparisons(rows, 1)
+    assert rows[0].group == "attention, causal mask" and rows[0].what == "forward+backward"
+
+
 def test_layer_benchmarks_at_tiny_sizes():
     _check_comparisons(kernels.mha(batch=2, length=8, d_model=16, heads=2, settings=TINY), 4)
     _check_comparisons(kernels.encoder_layer(batch=2, length=8, d_model=16, heads=2, d_ff=32,

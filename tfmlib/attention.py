@@ -19,12 +19,14 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor,
     """
     _check_attention_inputs(query, key, value, mask)
     d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)   # (..., Lq, Lk)
+    # Q K^T / sqrt(d_k), with the scaling applied to Q: the same numbers, but it touches
+    # Lq * d_k entries instead of Lq * Lk (and as many in the backward pass).
+    scores = (query / math.sqrt(d_k)) @ key.transpose(-2, -1)  # (..., Lq, Lk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))      # masked keys get no weight
     weights = torch.softmax(scores, dim=-1)                    # over keys; NaN on all -inf rows
     if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)              # exact zeros, and no NaN
+        weights = torch.where(mask, weights, 0.0)              # exact zeros, and no NaN
     return weights @ value, weights                            # (..., Lq, d_v), (..., Lq, Lk)
 
 

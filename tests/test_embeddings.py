@@ -170,3 +170,13 @@ def test_apply_rope_float32_on_device(device):
     assert out.dtype == torch.float32 and out.device.type == device.type
     torch.testing.assert_close(out.double().cpu(), closed_form_rope(x.double().cpu(), range(5)),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_apply_rope_in_half_precision_rounds_only_the_result(dtype, gen):
+    """The angles reach cos/sin in float64: at position 500 an angle rounded to fp16/bf16 first
+    would be off by a radian or more; only the final multiply-add rounds to the input's dtype."""
+    x = torch.randn(600, 8, generator=gen, dtype=torch.float64)
+    exact = closed_form_rope(x, range(600))
+    got = apply_rope(x.to(dtype)).double()
+    assert got.dtype == torch.float64 and (got - exact).abs().max() < 0.05

@@ -137,3 +137,27 @@ def test_trace_shapes_a_name_listed_twice_is_restored_too():
         tfmlib.split_heads(torch.zeros(1, 2, 6), 3)
     assert trace.rows and all(name == "split_heads" for _, name, _, _ in trace.rows)
     assert_restored(before)
+
+
+def test_trace_shapes_traces_tfmlib_and_leaves_a_learners_function_of_the_same_name_alone():
+    import __main__
+    calls = []
+
+    def linear(x, weight, bias=None):  # a learner's own function, named like tfmlib's
+        calls.append("learner")
+        return x @ weight.T
+
+    had = hasattr(__main__, "linear")
+    previous = getattr(__main__, "linear", None)
+    __main__.linear = linear
+    try:
+        with trace_shapes(["linear"]) as trace:
+            tfmlib.linear(torch.zeros(2, 3), torch.zeros(4, 3))
+            __main__.linear(torch.zeros(2, 3), torch.zeros(4, 3))
+        assert __main__.linear is linear and calls == ["learner"]
+        assert [row[1] for row in trace.rows] == ["linear"]  # tfmlib's call only
+    finally:
+        if had:
+            __main__.linear = previous
+        else:
+            del __main__.linear

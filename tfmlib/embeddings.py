@@ -73,8 +73,11 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None,
         positions = torch.arange(length, device=x.device)
     inv_freq = base ** (-torch.arange(0, dim, 2, device=x.device, dtype=torch.float64) / dim)
     angle = positions.to(torch.float64)[:, None] * inv_freq          # (L, D/2)
-    angle = angle.repeat_interleave(2, dim=-1).to(x.dtype)           # (L, D): one angle per pair
-    return x * torch.cos(angle) + rotate_half_pairs(x) * torch.sin(angle)
+    angle = angle.repeat_interleave(2, dim=-1)                       # (L, D): one angle per pair
+    # cos and sin in float64, then cast: an angle of p * base^(-2i/D) rounded to fp16/bf16
+    # first would be off by up to p * 2^-8 radians at position p.
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    return x * cos + rotate_half_pairs(x) * sin
 
 
 def _check_embed_inputs(token_ids, table) -> None:

@@ -86,8 +86,9 @@ def trace_shapes(function_names):
             encoder_layer(x, params, num_heads=4)
         print(trace.table())
 
-    Every tfmlib module, and the calling script or notebook, that holds one of
-    the names gets a recording wrapper for the duration of the `with` block;
+    Every tfmlib module, and the calling script or notebook, that holds tfmlib's
+    function under one of the names gets a recording wrapper for the duration of
+    the `with` block (a learner's own function of the same name is left alone);
     nested calls are indented.
     """
     if isinstance(function_names, str):
@@ -102,7 +103,8 @@ def trace_shapes(function_names):
                if (name.startswith("tfmlib") or name == "__main__") and m is not None]
     try:  # patch inside `try`: an unknown name must not leave the earlier ones patched
         for function_name in function_names:
-            originals = [getattr(m, function_name) for m in modules if hasattr(m, function_name)]
+            originals = [getattr(m, function_name) for m in modules
+                         if m.__name__.startswith("tfmlib") and callable(getattr(m, function_name, None))]
             if not originals:
                 raise ValueError(f"function_names: {function_name!r} is not a tfmlib function")
             original = originals[0]

@@ -9,8 +9,13 @@ params: {"self_attn", "ffn", "norm1", "norm2"} (a decoder layer adds "cross_attn
 "norm3"), as made by tfmlib.init_encoder_layer_params / init_decoder_layer_params;
 the masks are bool, True = "may attend". The learner may build on tfmlib's
 multi_head_attention, feed_forward, layer_norm and residual_sublayer.
+
+The outputs feed training, so every check also compares the gradients that reach x,
+memory and every parameter: an answer that detaches a sublayer fails.
 """
 from __future__ import annotations
+
+import random
 
 import torch
 
@@ -44,9 +49,85 @@ class ShortList(list):
         return f"list of {len(self)} layer params"
 
 
-def _add_norm(x, update, norm):
-    """Post-LN: LayerNorm(x + update)."""
-    return layer_norm(x + update, norm["gamma"], norm["beta"])
+def _sublayer(x, sublayer, norm, pre_ln=False):
+    """Post-LN: LayerNorm(x + sublayer(x)); Pre-LN: x + sublayer(LayerNorm(x))."""
+    if pre_ln:
+        return x + sublayer(layer_norm(x, norm["gamma"], norm["beta"]))
+    return layer_norm(x + sublayer(x), norm["gamma"], norm["beta"])
+
+
+def _attention(params, num_heads, mask, memory=None):
+    """The sublayer h -> attention(h, kv, kv): self-attention, or cross-attention on `memory`."""
+    def attend(h):
+        kv = h if memory is None else memory
+        return multi_head_attention(h, kv, kv, params, num_heads, mask)[0]
+    return attend
+
+
+# ---- random cases: the contract with random sizes, and its edges --------------------------------
+
+# The masks the notebook hands a layer: none, padding (B, 1, 1, L), causal (1, 1, L, L), both (B, 1, L, L).
+_MASKS = ("no mask", "padding mask", "causal mask", "causal & padding mask")
+
+
+def _mask(kind: str, lengths: list[int], length: int):
+    if kind == "no mask":
+        return None
+    if kind == "padding mask":
+        return padding(lengths, length)
+    if kind == "causal mask":
+        return causal(length)
+    return causal(length) & padding(lengths, length)
+
+
+def _random_shapes(rng: random.Random) -> list[tuple[str, int, int]]:
+    """(what, batch, length) of one seed's cases: the edges of the contract (an empty batch,
+    no tokens, one token, one head, float64), then random sizes."""
+    return ([("empty batch", 0, rng.randint(1, 5)), ("no tokens", rng.randint(1, 3), 0),
+             ("one token", rng.randint(1, 3), 1), ("one head", rng.randint(1, 3), rng.randint(2, 7)),
+             ("float64", rng.randint(1, 3), rng.randint(2, 7))]
+            + [("random", rng.randint(1, 3), rng.randint(2, 7)) for _ in range(4)])
+
+
+def _random_sizes(rng: random.Random, what: str) -> tuple[int, int, int]:
+    """(num_heads, d_model, d_ff). d_model = num_heads * d_k is at least 2: a LayerNorm over a
+    single feature returns beta whatever its input, which would hide everything before it."""
+    heads = 1 if what == "one head" else rng.randint(1, 4)
+    return heads, heads * rng.randint(2 if heads == 1 else 1, 3), rng.randint(1, 24)
+
+
+def _lengths(rng: random.Random, batch: int, length: int) -> list[int]:
+    """Sentence lengths for a padding mask: at least one real token where there is room."""
+    return [rng.randint(min(1, length), length) for _ in range(batch)]
+
+
+def _double(value):
+    """`value` (a tensor, or dicts, lists and tuples of them) with every float tensor made float64."""
+    if isinstance(value, torch.Tensor):
+        return value.double() if value.is_floating_point() else value
+    if isinstance(value, dict):
+        return {k: _double(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_double(v) for v in value)
+    return value
+
+
+def _random_encoder_cases(seed: int, stack: bool) -> list[Case]:
+    """Random cases of `encoder` (stack=True: 1 to 4 layers) or of `encoder_layer`."""
+    rng, g = random.Random(seed), _generator(8000 + seed)
+    cases = []
+    for what, batch, length in _random_shapes(rng):
+        heads, d_model, d_ff = _random_sizes(rng, what)
+        kind, count = rng.choice(_MASKS), rng.randint(1, 4)
+        x = rng.uniform(0.3, 3.0) * torch.randn(batch, length, d_model, generator=g)
+        params = [random_encoder_params(d_model, d_ff, g) for _ in range(count)] if stack \
+            else random_encoder_params(d_model, d_ff, g)
+        mask = _mask(kind, _lengths(rng, batch, length), length)
+        args = _double((x, params, heads)) if what == "float64" else (x, params, heads)
+        label = f"{what}: (B, L, D) = ({batch}, {length}, {d_model}), heads={heads}, {kind}"
+        cases.append(Case(f"{label}, layers={count}" if stack else label,
+                          args, {} if mask is None else {"mask": mask}))
+    return cases
 
 
 # ---- encoder_layer ----------------------------------------------------------------------------
@@ -63,31 +144,37 @@ def _encoder_layer_cases() -> list[Case]:
                  {"mask": causal(6)})]
 
 
-def _encoder_layer_variant(pass_mask=True, norms=("norm1", "norm2"), ffn_input="hidden",
+def _encoder_layer_variant(pass_mask=True, norms=("norm1", "norm2"), ffn_reads="h", residual="h",
                            order="attention first", pre_ln=False):
+    """The encoder layer with one slip: `ffn_reads` / `residual` say what the FFN sublayer
+    reads and adds back ("h", the attention sublayer's output, or "x")."""
     def variant(x, params, num_heads, mask=None):
-        def attention(h):
-            return multi_head_attention(h, h, h, params["self_attn"], num_heads,
-                                        mask if pass_mask else None)[0]
+        attention = _attention(params["self_attn"], num_heads, mask if pass_mask else None)
 
         def ffn(h):
             return feed_forward(h, params["ffn"])
 
         first, second = (attention, ffn) if order == "attention first" else (ffn, attention)
-        norm_a, norm_b = params[norms[0]], params[norms[1]]
+        h = _sublayer(x, first, params[norms[0]], pre_ln)
         if pre_ln:
-            h = x + first(layer_norm(x, norm_a["gamma"], norm_a["beta"]))
-            return h + second(layer_norm(h, norm_b["gamma"], norm_b["beta"]))
-        h = _add_norm(x, first(x), norm_a)
-        source = h if ffn_input == "hidden" else x
-        return _add_norm(source, second(source), norm_b)
+            return _sublayer(h, second, params[norms[1]], pre_ln)
+        inputs, norm = {"h": h, "x": x}, params[norms[1]]
+        return layer_norm(inputs[residual] + second(inputs[ffn_reads]), norm["gamma"], norm["beta"])
     return variant
+
+
+def _encoder_layer_in_place(x, params, num_heads, mask=None):
+    x += _attention(params["self_attn"], num_heads, mask)(x)  # changes the caller's x
+    h = layer_norm(x, params["norm1"]["gamma"], params["norm1"]["beta"])
+    return _sublayer(h, lambda h: feed_forward(h, params["ffn"]), params["norm2"])
 
 
 register(Exercise(
     name="encoder_layer",
     reference=encoder_layer,
     make_cases=_encoder_layer_cases,
+    random_cases=lambda seed: _random_encoder_cases(seed, stack=False),
+    gradients=True,
     mistakes=[
         Mistake("mask not passed to self-attention",
                 "hand the layer's mask to the attention: multi_head_attention(x, x, x, ..., num_heads, mask)",
@@ -97,14 +184,20 @@ register(Exercise(
                 _encoder_layer_variant(norms=("norm1", "norm1")),
                 also=(_encoder_layer_variant(norms=("norm2", "norm2")),)),
         Mistake("FFN sublayer fed the original x",
-                "the FFN sublayer reads the attention sublayer's output, not x: pass `hidden` on",
-                _encoder_layer_variant(ffn_input="x")),
+                "the FFN reads the attention sublayer's output h, and adds back h: LayerNorm(h + FFN(h))",
+                _encoder_layer_variant(ffn_reads="x", residual="x"),
+                also=(_encoder_layer_variant(ffn_reads="x"),)),
         Mistake("sublayers in the wrong order (FFN first)",
                 "self-attention comes first, then the FFN",
                 _encoder_layer_variant(order="ffn first")),
         Mistake("Pre-LN instead of Post-LN",
-                "this layer is Post-LN, as in the 2017 paper: LayerNorm(x + sublayer(x)) after each sublayer",
+                "this layer is Post-LN, as in the 2017 paper: LayerNorm(x + sublayer(x)) after each "
+                "sublayer; Pre-LN, x + sublayer(LayerNorm(x)), is the modern variant",
                 _encoder_layer_variant(pre_ln=True)),
+        Mistake("residual added in place to the caller's x",
+                "`x += attention(...)` overwrites the tensor the caller passed in: write "
+                "`h = x + attention(...)`, a new tensor",
+                _encoder_layer_in_place),
     ],
 ))
 
@@ -114,13 +207,15 @@ register(Exercise(
 def _encoder_cases() -> list[Case]:
     g = _generator(81)
 
+    # Stacks of 3 and 4: with only 2 layers, skipping the first layer looks like feeding every
+    # layer x, and skipping the last like returning inside the loop.
     def layers(count, d_model, d_ff):
-        return ShortList(random_encoder_params(d_model, d_ff, g) for _ in range(count))
+        return [random_encoder_params(d_model, d_ff, g) for _ in range(count)]
 
     return [Case("3 layers, (2, 5, 8), 2 heads, padding mask",
                  (torch.randn(2, 5, 8, generator=g), layers(3, 8, 12), 2), {"mask": padding([5, 2], 5)}),
-            Case("2 layers, (3, 4, 12), 3 heads, no mask",
-                 (torch.randn(3, 4, 12, generator=g), layers(2, 12, 16), 3))]
+            Case("4 layers, (3, 4, 12), 3 heads, no mask",
+                 (torch.randn(3, 4, 12, generator=g), layers(4, 12, 16), 3))]
 
 
 def _layer(hidden, params, num_heads, mask):
@@ -139,6 +234,20 @@ def _encoder_returns_in_loop(x, layers, num_heads, mask=None):
     for params in layers:
         hidden = _layer(hidden, params, num_heads, mask)
         return hidden
+
+
+def _encoder_skips_last(x, layers, num_heads, mask=None):
+    hidden = x
+    for i in range(len(layers) - 1):
+        hidden = _layer(hidden, layers[i], num_heads, mask)
+    return hidden
+
+
+def _encoder_skips_first(x, layers, num_heads, mask=None):
+    hidden = x
+    for params in layers[1:]:
+        hidden = _layer(hidden, params, num_heads, mask)
+    return hidden
 
 
 def _encoder_reversed(x, layers, num_heads, mask=None):
@@ -162,10 +271,19 @@ def _encoder_no_mask(x, layers, num_heads, mask=None):
     return hidden
 
 
+def _encoder_in_place(x, layers, num_heads, mask=None):
+    hidden = x
+    for params in layers:
+        hidden = _encoder_layer_in_place(hidden, params, num_heads, mask)
+    return hidden
+
+
 register(Exercise(
     name="encoder",
     reference=encoder,
     make_cases=_encoder_cases,
+    random_cases=lambda seed: _random_encoder_cases(seed, stack=True),
+    gradients=True,
     mistakes=[
         Mistake("every layer fed the original x",
                 "pass the running hidden state on: hidden = layer(hidden, ...), not layer(x, ...)",
@@ -173,6 +291,13 @@ register(Exercise(
         Mistake("return inside the loop: only the first layer ran",
                 "indent `return hidden` out of the for loop, so that every layer runs",
                 _encoder_returns_in_loop),
+        Mistake("skips the last layer",
+                "run every layer: `for params in layers:` (range(len(layers) - 1) and layers[:-1] "
+                "stop one short)",
+                _encoder_skips_last),
+        Mistake("skips the first layer",
+                "run every layer, layers[0] included: `for params in layers:`, not layers[1:]",
+                _encoder_skips_first),
         Mistake("layers applied in reverse order",
                 "apply the layers in list order: layers[0] first",
                 _encoder_reversed),
@@ -182,6 +307,10 @@ register(Exercise(
         Mistake("mask not passed to the layers",
                 "hand the mask to every layer: encoder_layer(hidden, params, num_heads, mask)",
                 _encoder_no_mask),
+        Mistake("a layer adds its residual in place to the caller's x",
+                "your layer does `x += ...` on the tensor it is given, so the caller's x changes: "
+                "write `h = x + ...`, a new tensor",
+                _encoder_in_place),
     ],
 ))
 
@@ -202,34 +331,75 @@ def _decoder_layer_cases() -> list[Case]:
             case("Lt = Ls = 6, (2, 8), 4 heads", 2, 6, 6, 8, 12, 4, [6, 4], [5, 6])]
 
 
+# The masks the notebook hands a decoder layer's self-attention and its cross-attention.
+_SELF_MASKS = ("no mask", "causal mask", "causal & padding mask")
+_MEMORY_MASKS = ("no mask", "padding mask")
+
+
+def _random_decoder_layer_cases(seed: int) -> list[Case]:
+    """Random sizes with Lt and Ls drawn apart, random masks of each kind; besides the edges
+    of _random_shapes, an empty memory (Ls = 0) and a single source token."""
+    rng, g = random.Random(seed), _generator(8200 + seed)
+    cases = []
+    for what, batch, lt in _random_shapes(rng) + [("empty memory", rng.randint(1, 3), rng.randint(1, 6)),
+                                                  ("one source token", rng.randint(1, 3), rng.randint(1, 6))]:
+        heads, d_model, d_ff = _random_sizes(rng, what)
+        ls = {"empty memory": 0, "one source token": 1}.get(what, rng.randint(1, 7))
+        self_kind, memory_kind = rng.choice(_SELF_MASKS), rng.choice(_MEMORY_MASKS)
+        x = rng.uniform(0.3, 3.0) * torch.randn(batch, lt, d_model, generator=g)
+        memory = rng.uniform(0.3, 3.0) * torch.randn(batch, ls, d_model, generator=g)
+        self_mask = _mask(self_kind, _lengths(rng, batch, lt), lt)
+        memory_mask = _mask(memory_kind, _lengths(rng, batch, ls), ls)
+        args = (x, memory, random_decoder_params(d_model, d_ff, g), heads, self_mask, memory_mask)
+        cases.append(Case(f"{what}: (B, Lt, Ls, D) = ({batch}, {lt}, {ls}, {d_model}), heads={heads}, "
+                          f"self_mask: {self_kind}, memory_mask: {memory_kind}",
+                          _double(args) if what == "float64" else args))
+    return cases
+
+
 def _decoder_layer_variant(self_mask_source="self", memory_mask_source="memory",
                            cross_kv="memory", cross_q="hidden", cross_params="cross_attn",
-                           norms=("norm1", "norm2", "norm3")):
+                           norms=("norm1", "norm2", "norm3"), pre_ln=False):
     def variant(x, memory, params, num_heads, self_mask=None, memory_mask=None):
         masks = {"self": self_mask, "memory": memory_mask, "none": None}
-        h = _add_norm(x, multi_head_attention(x, x, x, params["self_attn"], num_heads,
-                                              masks[self_mask_source])[0], params[norms[0]])
-        kv = memory if cross_kv == "memory" else h
-        q = h if cross_q == "hidden" else memory
-        h = _add_norm(h, multi_head_attention(q, kv, kv, params[cross_params], num_heads,
-                                              masks[memory_mask_source])[0], params[norms[1]])
-        return _add_norm(h, feed_forward(h, params["ffn"]), params[norms[2]])
+        h = _sublayer(x, _attention(params["self_attn"], num_heads, masks[self_mask_source]),
+                      params[norms[0]], pre_ln)
+
+        def cross_attention(h):
+            kv = memory if cross_kv == "memory" else h
+            q = h if cross_q == "hidden" else memory
+            return multi_head_attention(q, kv, kv, params[cross_params], num_heads,
+                                        masks[memory_mask_source])[0]
+
+        h = _sublayer(h, cross_attention, params[norms[1]], pre_ln)
+        return _sublayer(h, lambda h: feed_forward(h, params["ffn"]), params[norms[2]], pre_ln)
     return variant
+
+
+def _decoder_layer_in_place(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    x += _attention(params["self_attn"], num_heads, self_mask)(x)  # changes the caller's x
+    h = layer_norm(x, params["norm1"]["gamma"], params["norm1"]["beta"])
+    h = _sublayer(h, _attention(params["cross_attn"], num_heads, memory_mask, memory), params["norm2"])
+    return _sublayer(h, lambda h: feed_forward(h, params["ffn"]), params["norm3"])
 
 
 register(Exercise(
     name="decoder_layer",
     reference=decoder_layer,
     make_cases=_decoder_layer_cases,
+    random_cases=_random_decoder_layer_cases,
+    gradients=True,
     mistakes=[
         Mistake("self-attention without the causal self_mask",
                 "masked self-attention: pass self_mask (causal & padding) to the decoder's self-attention, "
                 "or every position peeks at the tokens it must predict",
                 _decoder_layer_variant(self_mask_source="none")),
+        # The notebook's own slip: multi_head_attention(h1, h1, h1, ..., tgt_mask); or with memory_mask.
         Mistake("cross-attention keys and values taken from the decoder",
                 "in cross-attention only the queries come from the decoder; keys and values are the "
-                "encoder's memory: multi_head_attention(h, memory, memory, ...)",
-                _decoder_layer_variant(cross_kv="hidden")),
+                "encoder's memory, masked with memory_mask: multi_head_attention(h, memory, memory, ...)",
+                _decoder_layer_variant(cross_kv="hidden", memory_mask_source="self"),
+                also=(_decoder_layer_variant(cross_kv="hidden"),)),
         Mistake("cross-attention queries taken from memory",
                 "the decoder asks the questions: queries from the decoder's hidden state, keys and "
                 "values from memory",
@@ -249,5 +419,13 @@ register(Exercise(
                 _decoder_layer_variant(norms=("norm1", "norm1", "norm1")),
                 also=(_decoder_layer_variant(norms=("norm1", "norm2", "norm2")),
                       _decoder_layer_variant(norms=("norm1", "norm1", "norm2")))),
+        Mistake("Pre-LN instead of Post-LN",
+                "this layer is Post-LN, as in the 2017 paper: LayerNorm(x + sublayer(x)) after each "
+                "sublayer; Pre-LN, x + sublayer(LayerNorm(x)), is the modern variant",
+                _decoder_layer_variant(pre_ln=True)),
+        Mistake("residual added in place to the caller's x",
+                "`x += self_attention(...)` overwrites the tensor the caller passed in: write "
+                "`h = x + self_attention(...)`, a new tensor",
+                _decoder_layer_in_place),
     ],
 ))

@@ -711,8 +711,8 @@ def _describe(value, depth: int = 0) -> str:
         value = value.value
     if isinstance(value, torch.Tensor):
         return f"{str(value.dtype).replace('torch.', '')}{tuple(value.shape)}"
-    if isinstance(value, dict):
-        if depth > 0 or len(value) > 6:
+    if isinstance(value, dict):  # a dict of dicts (a layer's params) is named by its keys
+        if depth > 0 or len(value) > 6 or any(isinstance(v, dict) for v in value.values()):
             keys = ", ".join(str(k) for k in list(value)[:6]) + (", ..." if len(value) > 6 else "")
             return f"dict({keys})"
         return "{" + ", ".join(f"{k}: {_describe(v, depth + 1)}" for k, v in value.items()) + "}"

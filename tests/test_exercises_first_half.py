@@ -72,15 +72,16 @@ def broadcast_zip_longest(shape_a, shape_b):
     for x, y in itertools.zip_longest(reversed(shape_a), reversed(shape_b), fillvalue=1):
         if x != y and 1 not in (x, y):
             raise ValueError(f"sizes {x} and {y} clash")
-        out.append(max(x, y))
+        out.append(x if y == 1 else y)   # not max(x, y): (0,) with (1,) gives (0,)
     return tuple(reversed(out))
 
 
 def broadcast_with_torch(shape_a, shape_b):
     try:
         return tuple(torch.broadcast_shapes(tuple(shape_a), tuple(shape_b)))
-    except RuntimeError as error:
-        raise ValueError(str(error)) from None
+    except RuntimeError:   # torch's message does not say both sizes: the notebook asks for them
+        x, y = next((x, y) for x, y in zip(shape_a[::-1], shape_b[::-1]) if x != y and 1 not in (x, y))
+        raise ValueError(f"sizes {x} and {y} clash") from None
 
 
 # -- build_vocab
@@ -162,6 +163,8 @@ def pad_lists(id_lists, pad_id, max_len=None):
 
 
 def pad_with_pad_sequence(id_lists, pad_id, max_len=None):
+    if not id_lists:   # pad_sequence would raise a RuntimeError
+        raise ValueError("id_lists: an empty batch has no longest row")
     batch = torch.nn.utils.rnn.pad_sequence(
         [torch.tensor(ids, dtype=torch.long) for ids in id_lists], batch_first=True, padding_value=pad_id)
     if max_len is not None:
@@ -348,7 +351,7 @@ def bs_assert(shape_a, shape_b):
     out = []
     for x, y in itertools.zip_longest(shape_a[::-1], shape_b[::-1], fillvalue=1):
         assert x == y or x == 1 or y == 1, "shapes do not broadcast"
-        out.append(max(x, y))
+        out.append(y if x == 1 else x)
     return tuple(out[::-1])
 
 

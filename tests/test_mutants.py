@@ -14,13 +14,22 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutants import judge_exercise  # noqa: E402
+from mutants import judge_exercise, random_case_set  # noqa: E402
 
-from tfmlib.exercises import REGISTRY  # noqa: E402
+from tfmlib.exercises import REGISTRY, check  # noqa: E402
+from tfmlib.exercises.core import behaves_like_reference  # noqa: E402
 
 # Exercises whose reference is too short to give 30 non-equivalent mutants: for these
 # every non-equivalent mutant the generator can make must be rejected, however few.
 SHORT = {"causal_mask", "padding_mask", "shift_right"}
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_the_reference_passes_on_its_own_and_on_the_random_cases(name):
+    """Else every mutant would look rejected (or equivalent) for the wrong reason."""
+    reference = REGISTRY[name].reference
+    assert check(name, reference)
+    assert behaves_like_reference(name, reference, random_case_set(name))
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

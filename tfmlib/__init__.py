@@ -15,7 +15,8 @@ from .multihead import init_mha_params, linear, merge_heads, multi_head_attentio
 from .sublayers import (dropout, feed_forward, init_ffn_params, init_norm_params, layer_norm,
                         residual_sublayer)
 from .encoder_decoder import (decoder, decoder_layer, encoder, encoder_layer,
-                              init_decoder_layer_params, init_encoder_layer_params)
+                              init_decoder_layer_params, init_encoder_layer_params,
+                              stack_attention_weights)
 from .adam import adam_init, adam_step, sgd_step, zero_grad
 from .from_torch import params_from_torch
 

@@ -15,33 +15,35 @@ DECODER_KEYS = ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3")
 
 def encoder_layer(x: torch.Tensor, params: dict, num_heads: int, mask: torch.Tensor | None = None,
                   *, norm_first: bool = False, activation: str = "relu", dropout_p: float = 0.0,
-                  training: bool = False, eps: float = 1e-5, need_weights: bool = False,
-                  generator: torch.Generator | None = None):
-    """(B, L, D) -> (B, L, D): self-attention sublayer, then FFN sublayer.
+                  training: bool = False, eps: float = 1e-5,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """(B, L, D) -> (B, L, D): a self-attention sublayer, then an FFN sublayer.
 
     `mask` broadcasts to (B, H, L, L), e.g. a padding mask (B, 1, 1, L).
-    With need_weights=True also returns the attention weights (B, H, L, L).
+    residual_sublayer (notebook 07) adds each sublayer's output back and applies its
+    LayerNorm: after the add (Post-LN, the default) or before the sublayer (norm_first).
     """
-    _check_encoder_layer_inputs(x, params)
-    options = dict(norm_first=norm_first, dropout_p=dropout_p, training=training, eps=eps,
-                   generator=generator)
-    attention = {}
+    _check_encoder_layer_inputs(x, params, num_heads, mask)
 
-    def self_attention(h):
-        out, attention["weights"] = multi_head_attention(h, h, h, params["self_attn"], num_heads, mask)
-        return out
+    def attend(h):  # (B, L, D) -> (B, L, D): queries, keys and values all come from h
+        return multi_head_attention(h, h, h, params["self_attn"], num_heads, mask)[0]  # [0]: output
 
-    x = residual_sublayer(x, self_attention, params["norm1"], **options)                 # (B, L, D)
-    x = residual_sublayer(x, lambda h: feed_forward(h, params["ffn"], activation),
-                          params["norm2"], **options)                                    # (B, L, D)
-    return (x, attention["weights"]) if need_weights else x
+    def ffn(h):     # (B, L, D) -> (B, L, D): each token on its own
+        return feed_forward(h, params["ffn"], activation)
+
+    # How residual_sublayer wraps each sublayer: Post-LN or Pre-LN, dropout, LayerNorm's eps.
+    wrap = dict(norm_first=norm_first, dropout_p=dropout_p, training=training, eps=eps,
+                generator=generator)
+    x = residual_sublayer(x, attend, params["norm1"], **wrap)   # (B, L, D)
+    x = residual_sublayer(x, ffn, params["norm2"], **wrap)      # (B, L, D)
+    return x
 
 
 def decoder_layer(x: torch.Tensor, memory: torch.Tensor, params: dict, num_heads: int,
                   self_mask: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
                   *, norm_first: bool = False, activation: str = "relu", dropout_p: float = 0.0,
-                  training: bool = False, eps: float = 1e-5, need_weights: bool = False,
-                  generator: torch.Generator | None = None):
+                  training: bool = False, eps: float = 1e-5,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
     """(B, Lt, D), memory (B, Ls, D) -> (B, Lt, D).
 
     1. masked self-attention: `self_mask` (B, 1, Lt, Lt) should be causal, so a
@@ -49,27 +51,26 @@ def decoder_layer(x: torch.Tensor, memory: torch.Tensor, params: dict, num_heads
     2. cross-attention: queries from the decoder, keys and values from the
        encoder's `memory`; `memory_mask` (B, 1, 1, Ls) hides padded source tokens;
     3. position-wise FFN.
-    With need_weights=True also returns (self weights (B, H, Lt, Lt), cross weights (B, H, Lt, Ls)).
     """
     _check_decoder_layer_inputs(x, memory, params, num_heads, self_mask, memory_mask)
-    options = dict(norm_first=norm_first, dropout_p=dropout_p, training=training, eps=eps,
-                   generator=generator)
-    attention = {}
 
-    def self_attention(h):
-        out, attention["self"] = multi_head_attention(h, h, h, params["self_attn"], num_heads, self_mask)
-        return out
+    def attend(h):         # (B, Lt, D) -> (B, Lt, D): the target looks at itself
+        return multi_head_attention(h, h, h, params["self_attn"], num_heads, self_mask)[0]
 
-    def cross_attention(h):
-        out, attention["cross"] = multi_head_attention(h, memory, memory, params["cross_attn"],
-                                                       num_heads, memory_mask)
-        return out
+    def attend_memory(h):  # (B, Lt, D) -> (B, Lt, D): queries from h, keys and values from memory
+        return multi_head_attention(h, memory, memory, params["cross_attn"], num_heads,
+                                    memory_mask)[0]
 
-    x = residual_sublayer(x, self_attention, params["norm1"], **options)                 # (B, Lt, D)
-    x = residual_sublayer(x, cross_attention, params["norm2"], **options)                # (B, Lt, D)
-    x = residual_sublayer(x, lambda h: feed_forward(h, params["ffn"], activation),
-                          params["norm3"], **options)                                    # (B, Lt, D)
-    return (x, (attention["self"], attention["cross"])) if need_weights else x
+    def ffn(h):            # (B, Lt, D) -> (B, Lt, D)
+        return feed_forward(h, params["ffn"], activation)
+
+    # How residual_sublayer wraps each sublayer: Post-LN or Pre-LN, dropout, LayerNorm's eps.
+    wrap = dict(norm_first=norm_first, dropout_p=dropout_p, training=training, eps=eps,
+                generator=generator)
+    x = residual_sublayer(x, attend, params["norm1"], **wrap)          # (B, Lt, D)
+    x = residual_sublayer(x, attend_memory, params["norm2"], **wrap)   # (B, Lt, D)
+    x = residual_sublayer(x, ffn, params["norm3"], **wrap)             # (B, Lt, D)
+    return x
 
 
 def encoder(x: torch.Tensor, layers: list[dict], num_heads: int, mask: torch.Tensor | None = None,
@@ -97,9 +98,64 @@ def decoder(x: torch.Tensor, memory: torch.Tensor, layers: list[dict], num_heads
     return hidden
 
 
-def _check_encoder_layer_inputs(x, params) -> None:
+@torch.no_grad()  # weights to look at, not to train: no autograd graph
+def stack_attention_weights(x: torch.Tensor, layers: list[dict], num_heads: int,
+                            mask: torch.Tensor | None = None, *, memory: torch.Tensor | None = None,
+                            memory_mask: torch.Tensor | None = None, norm_first: bool = False,
+                            activation: str = "relu", eps: float = 1e-5) -> dict:
+    """The attention weights of every layer of a stack, in evaluation (no dropout).
+
+    Encoder stack (no memory): x (B, L, D), mask ->
+        {"self_attn": [(B, H, L, L), one per layer]}
+    Decoder stack: x (B, Lt, D), mask (its self_mask), memory (B, Ls, D), memory_mask ->
+        {"self_attn": [(B, H, Lt, Lt), ...], "cross_attn": [(B, H, Lt, Ls), ...]}
+    The keys are those of the layer params the weights come from. The real encoder_layer or
+    decoder_layer passes `hidden` on; each attention's weights are computed again from the
+    input that attention reads inside the layer.
+    """
+    _check_stack_attention_inputs(layers, memory, memory_mask)
+    options = dict(norm_first=norm_first, activation=activation, eps=eps)
+    weights = {"self_attn": []} if memory is None else {"self_attn": [], "cross_attn": []}
+    hidden = x
+    for params in layers:
+        # The real layer (it also checks every input) gives the next layer's input.
+        if memory is None:
+            output = encoder_layer(hidden, params, num_heads, mask, **options)
+        else:
+            output = decoder_layer(hidden, memory, params, num_heads, mask, memory_mask, **options)
+        # Self-attention reads the layer's input.
+        h = _attention_input(hidden, params["norm1"], norm_first, eps)
+        self_out, self_weights = multi_head_attention(h, h, h, params["self_attn"], num_heads, mask)
+        weights["self_attn"].append(self_weights)                        # (B, H, L, L)
+        if memory is not None:
+            # Cross-attention reads the output of the first sublayer (self-attention, whose
+            # update self_out was computed just above from the h this sublayer is handed).
+            after_self = residual_sublayer(hidden, lambda _: self_out, params["norm1"],
+                                           norm_first=norm_first, eps=eps)
+            h = _attention_input(after_self, params["norm2"], norm_first, eps)
+            _, cross_weights = multi_head_attention(h, memory, memory, params["cross_attn"],
+                                                    num_heads, memory_mask)
+            weights["cross_attn"].append(cross_weights)                  # (B, H, Lt, Ls)
+        hidden = output
+    return weights
+
+
+def _attention_input(hidden: torch.Tensor, norm: dict, norm_first: bool, eps: float) -> torch.Tensor:
+    """The tensor an attention sublayer reads, as residual_sublayer (notebook 07) hands it over.
+
+    The one place where Post-LN and Pre-LN differ for the weights:
+      Post-LN: LayerNorm(h + attention(h)): attention reads the hidden state h itself;
+      Pre-LN:  h + attention(LayerNorm(h)): attention reads h after the sublayer's LayerNorm.
+    """
+    return layer_norm(hidden, norm["gamma"], norm["beta"], eps) if norm_first else hidden
+
+
+def _check_encoder_layer_inputs(x, params, num_heads, mask) -> None:
     require_ndim("x", x, 3, "(B, L, d_model)")
     require_keys("params", params, ENCODER_KEYS)
+    require_positive_int("num_heads", num_heads)
+    batch, length = x.size(0), x.size(1)
+    require_mask("mask", mask, (batch, num_heads, length, length), "(B, H, L, L)")
 
 
 def _check_decoder_layer_inputs(x, memory, params, num_heads, self_mask, memory_mask) -> None:
@@ -123,6 +179,13 @@ def _check_stack_inputs(layers, final_norm) -> None:
         raise ValueError("layers: expected at least one layer's params, got an empty list")
     if final_norm is not None:
         require_keys("final_norm", final_norm, ("gamma", "beta"))
+
+
+def _check_stack_attention_inputs(layers, memory, memory_mask) -> None:
+    _check_stack_inputs(layers, None)
+    if memory is None and memory_mask is not None:
+        raise ValueError("memory_mask: given without memory; pass memory=... for a decoder stack's "
+                         "weights, or leave memory_mask out for an encoder stack's")
 
 
 def init_encoder_layer_params(d_model: int, d_ff: int, generator: torch.Generator | None = None,

@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from ._validation import require_keys, require_ndim, require_size
 from .adam import adam_init, adam_step, zero_grad
 from .embeddings import add_positional_encoding, embed, sinusoidal_positional_encoding
-from .encoder_decoder import (decoder, decoder_layer, encoder, encoder_layer,
-                              init_decoder_layer_params, init_encoder_layer_params)
+from .encoder_decoder import (decoder, encoder, init_decoder_layer_params,
+                              init_encoder_layer_params, stack_attention_weights)
 from .masks import padding_mask, target_mask
 from .multihead import linear
-from .sublayers import init_norm_params, layer_norm
+from .sublayers import init_norm_params
 from .tokenization import BOS, EOS, PAD, build_vocab, decode
 
 DIGITS = "0 1 2 3 4 5 6 7 8 9"
@@ -174,25 +174,20 @@ def attention_maps(params: dict, src: torch.Tensor, tgt_in: torch.Tensor,
     """Every attention map of one evaluation forward pass, one entry per layer.
 
     -> {"encoder": [(B, H, Ls, Ls)], "decoder_self": [(B, H, Lt, Lt)],
-        "decoder_cross": [(B, H, Lt, Ls)]}; the same computation as `forward`,
-    with the layers called one by one so that each can hand back its weights.
+        "decoder_cross": [(B, H, Lt, Ls)]}: the stacks of `forward`, with
+    stack_attention_weights handing back each layer's weights.
     """
-    options = dict(_options(config, training=False), need_weights=True)
-    maps = {"encoder": [], "decoder_self": [], "decoder_cross": []}
-    src_mask = padding_mask(src, PAD_ID)                                      # (B, 1, 1, Ls)
-    hidden = embed_with_positions(params, src, config)                        # (B, Ls, D)
-    for layer in params["encoder"]:
-        hidden, weights = encoder_layer(hidden, layer, config.num_heads, src_mask, **options)
-        maps["encoder"].append(weights)
-    memory = layer_norm(hidden, params["encoder_norm"]["gamma"], params["encoder_norm"]["beta"])
-    tgt_mask = target_mask(tgt_in, PAD_ID)                                    # (B, 1, Lt, Lt)
-    hidden = embed_with_positions(params, tgt_in, config)                     # (B, Lt, D)
-    for layer in params["decoder"]:
-        hidden, (self_weights, cross_weights) = decoder_layer(
-            hidden, memory, layer, config.num_heads, tgt_mask, src_mask, **options)
-        maps["decoder_self"].append(self_weights)
-        maps["decoder_cross"].append(cross_weights)
-    return maps
+    _check_forward_inputs(params, src, tgt_in, config)
+    memory, src_mask = encode_source(params, src, config)                     # (B, Ls, D), (B, 1, 1, Ls)
+    x = embed_with_positions(params, src, config)                             # (B, Ls, D)
+    y = embed_with_positions(params, tgt_in, config)                          # (B, Lt, D)
+    encoder_weights = stack_attention_weights(x, params["encoder"], config.num_heads, src_mask,
+                                              norm_first=config.norm_first)
+    decoder_weights = stack_attention_weights(y, params["decoder"], config.num_heads,
+                                              target_mask(tgt_in, PAD_ID), memory=memory,
+                                              memory_mask=src_mask, norm_first=config.norm_first)
+    return {"encoder": encoder_weights["self_attn"], "decoder_self": decoder_weights["self_attn"],
+            "decoder_cross": decoder_weights["cross_attn"]}
 
 
 def _check_forward_inputs(params, src, tgt_in, config) -> None:

@@ -1,9 +1,10 @@
 """Notebook 08: the attention maps of every layer of an encoder-decoder stack, tiled into one image.
 
 `StackAttention` holds one batch and enough layers' params; `maps(...)` runs the
-stack and returns each layer's weights. `plot_stack_attention` draws them for a
-static figure, `stack_attention_widget` lets the learner change the number of
-layers, heads, the sentence and which attention to look at.
+stack and returns each layer's weights (from tfmlib's `stack_attention_weights`).
+`plot_stack_attention` draws them for a static figure, `stack_attention_widget`
+lets the learner change the number of layers, heads, the sentence and which
+attention to look at.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from ..encoder_decoder import decoder_layer, encoder_layer
+from ..encoder_decoder import encoder, stack_attention_weights
 from .common import Explorer
 
 KINDS = {"encoder self-attention": "encoder",
@@ -42,20 +43,14 @@ class StackAttention:
     @torch.no_grad()
     def maps(self, num_layers: int, num_heads: int, kind: str = "encoder") -> list[torch.Tensor]:
         """Weights of each of the first `num_layers` layers: [(B, H, Lq, Lk)] * num_layers."""
-        hidden, encoder_maps = self.x, []
-        for params in self.encoder_layers[:num_layers]:
-            hidden, weights = encoder_layer(hidden, params, num_heads, self.src_mask,
-                                            need_weights=True)   # hidden is passed on
-            encoder_maps.append(weights)                             # (B, H, Ls, Ls)
+        encoder_layers = self.encoder_layers[:num_layers]
         if kind == "encoder":
-            return encoder_maps
-        memory, target, self_maps, cross_maps = hidden, self.y, [], []
-        for params in self.decoder_layers[:num_layers]:
-            target, (self_weights, cross_weights) = decoder_layer(
-                target, memory, params, num_heads, self.tgt_mask, self.src_mask, need_weights=True)
-            self_maps.append(self_weights)                           # (B, H, Lt, Lt)
-            cross_maps.append(cross_weights)                         # (B, H, Lt, Ls)
-        return self_maps if kind == "decoder_self" else cross_maps
+            return stack_attention_weights(self.x, encoder_layers, num_heads,
+                                           self.src_mask)["self_attn"]       # [(B, H, Ls, Ls)]
+        memory = encoder(self.x, encoder_layers, num_heads, self.src_mask)    # (B, Ls, D)
+        weights = stack_attention_weights(self.y, self.decoder_layers[:num_layers], num_heads,
+                                          self.tgt_mask, memory=memory, memory_mask=self.src_mask)
+        return weights["self_attn"] if kind == "decoder_self" else weights["cross_attn"]
 
 
 def tile(maps: list[torch.Tensor], sample: int) -> np.ndarray:

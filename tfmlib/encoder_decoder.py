@@ -190,21 +190,25 @@ def _check_stack_attention_inputs(layers, memory, memory_mask) -> None:
 
 def init_encoder_layer_params(d_model: int, d_ff: int, generator: torch.Generator | None = None,
                               dtype: torch.dtype = torch.float32, device=None) -> dict:
-    require_positive_int("d_model", d_model)
-    kwargs = dict(generator=generator, dtype=dtype, device=device)
-    return {"self_attn": init_mha_params(d_model, **kwargs),
-            "ffn": init_ffn_params(d_model, d_ff, **kwargs),
-            "norm1": init_norm_params(d_model, dtype, device),
-            "norm2": init_norm_params(d_model, dtype, device)}
+    """{"self_attn", "ffn", "norm1", "norm2"}: what one encoder layer learns."""
+    return _init_layer_params(ENCODER_KEYS, d_model, d_ff, generator, dtype, device)
 
 
 def init_decoder_layer_params(d_model: int, d_ff: int, generator: torch.Generator | None = None,
                               dtype: torch.dtype = torch.float32, device=None) -> dict:
+    """The encoder layer's entries plus "cross_attn" and "norm3"."""
+    return _init_layer_params(DECODER_KEYS, d_model, d_ff, generator, dtype, device)
+
+
+def _init_layer_params(keys, d_model, d_ff, generator, dtype, device) -> dict:
+    """One entry per key, made in the order of `keys` (the order of the random draws)."""
     require_positive_int("d_model", d_model)
-    kwargs = dict(generator=generator, dtype=dtype, device=device)
-    return {"self_attn": init_mha_params(d_model, **kwargs),
-            "cross_attn": init_mha_params(d_model, **kwargs),
-            "ffn": init_ffn_params(d_model, d_ff, **kwargs),
-            "norm1": init_norm_params(d_model, dtype, device),
-            "norm2": init_norm_params(d_model, dtype, device),
-            "norm3": init_norm_params(d_model, dtype, device)}
+
+    def init(key):
+        if key in ("self_attn", "cross_attn"):
+            return init_mha_params(d_model, generator=generator, dtype=dtype, device=device)
+        if key == "ffn":
+            return init_ffn_params(d_model, d_ff, generator=generator, dtype=dtype, device=device)
+        return init_norm_params(d_model, dtype, device)  # norm1, norm2, norm3
+
+    return {key: init(key) for key in keys}

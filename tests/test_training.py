@@ -46,6 +46,12 @@ def test_make_batch_reverse_layout():
         assert all(i == PAD_ID for i in t.tolist()[len(answer) + 2:])
 
 
+def test_make_batch_of_empty_sequences_is_still_a_long_tensor():
+    src, tgt = make_batch("reverse", 2, 0, 0, held_out=True, generator=torch.Generator().manual_seed(0))
+    assert src.dtype == tgt.dtype == torch.long
+    assert src.shape == (2, 0) and tgt.tolist() == [[BOS_ID, EOS_ID]] * 2
+
+
 def test_targets_and_shift_right():
     assert reverse_target([3, 1, 4]) == [4, 1, 3]
     assert sum_target([9, 8, 7]) == [2, 4]

@@ -18,7 +18,7 @@ from .encoder_decoder import (decoder, encoder, init_decoder_layer_params,
 from .masks import padding_mask, target_mask
 from .multihead import linear
 from .sublayers import init_norm_params
-from .tokenization import BOS, EOS, PAD, build_vocab, decode
+from .tokenization import BOS, EOS, PAD, build_vocab, decode, pad_batch
 
 DIGITS = "0 1 2 3 4 5 6 7 8 9"
 VOCAB = build_vocab([DIGITS])  # <pad>=0 <bos>=1 <eos>=2 <unk>=3, then the digits 4..13
@@ -65,15 +65,10 @@ def make_batch(task: str, count: int, min_len: int, max_len: int, held_out: bool
     if task not in TASKS:
         raise ValueError(f"task: expected one of {sorted(TASKS)}, got {task!r}")
     sequences = random_digit_sequences(count, min_len, max_len, held_out, generator)
-    src = _pad([[FIRST_DIGIT_ID + d for d in s] for s in sequences])
-    tgt = _pad([[BOS_ID] + [FIRST_DIGIT_ID + d for d in TASKS[task](s)] + [EOS_ID]
-                for s in sequences])
+    src = pad_batch([[FIRST_DIGIT_ID + d for d in s] for s in sequences], PAD_ID)
+    tgt = pad_batch([[BOS_ID] + [FIRST_DIGIT_ID + d for d in TASKS[task](s)] + [EOS_ID]
+                     for s in sequences], PAD_ID)
     return src, tgt
-
-
-def _pad(id_lists: list[list[int]]) -> torch.Tensor:
-    length = max(len(ids) for ids in id_lists)
-    return torch.tensor([ids + [PAD_ID] * (length - len(ids)) for ids in id_lists])
 
 
 def shift_right(tgt: torch.Tensor):

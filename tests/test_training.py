@@ -4,7 +4,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from tfmlib import training
+from tfmlib import adam_init, adam_step, training, zero_grad
 from tfmlib.training import (BOS_ID, EOS_ID, FIRST_DIGIT_ID, PAD_ID, VOCAB, ModelConfig,
                              digits_to_ids, greedy_decode, init_model, is_held_out, make_batch,
                              random_digit_sequences, reverse_target, sequence_loss, shift_right,
@@ -78,6 +78,39 @@ def test_forward_shapes_and_parameters_are_leaves():
     tgt_in, _ = shift_right(tgt)
     logits = training.forward(params, src, tgt_in, config)
     assert logits.shape == (3, tgt_in.size(1), len(VOCAB))
+
+
+def test_the_positional_table_is_built_once_per_model_size_and_never_trained(monkeypatch):
+    built = []
+    real = training.sinusoidal_positional_encoding
+    monkeypatch.setattr(training, "sinusoidal_positional_encoding",
+                        lambda *args, **kwargs: built.append(args) or real(*args, **kwargs))
+    training._positional_table.cache_clear()
+    config = ModelConfig(d_model=8, num_heads=2, d_ff=16, num_layers=1, max_len=12)
+    params = init_model(config, torch.Generator().manual_seed(0))
+    weights = training.parameters(params)
+    state = adam_init(weights)
+    src, tgt = make_batch("reverse", 4, 2, 5, False, torch.Generator().manual_seed(1))
+    tgt_in, labels = shift_right(tgt)
+    for _ in range(3):                                     # three training steps
+        loss = sequence_loss(training.forward(params, src, tgt_in, config, training=True), labels)
+        zero_grad(weights)
+        loss.backward()
+        adam_step(weights, state, lr=1e-2)
+    greedy_decode(params, src, config, max_new_tokens=6)   # a decoder pass per new token
+    training.attention_maps(params, src, tgt_in, config)
+    assert len(built) == 1, f"the table was built {len(built)} times"
+
+    table = training.positional_table(config.max_len, config.d_model)
+    assert table.shape == (12, 8) and not table.requires_grad and table.grad is None
+    torch.testing.assert_close(table, real(12, 8), rtol=0, atol=0)      # training left it alone
+    assert not any(w is table for w in weights) and len(state["m"]) == len(weights)
+    assert "positional" not in str(list(params))            # not among the model's params either
+
+    other = ModelConfig(d_model=8, num_heads=2, d_ff=16, num_layers=1, max_len=20)
+    training.forward(init_model(other), src, tgt_in, other)  # another size: its own table, once
+    training.forward(init_model(other), src, tgt_in, other)
+    assert len(built) == 2
 
 
 def test_digits_to_ids():

@@ -4,6 +4,7 @@ Toy tasks are generated in code: reverse a digit sequence, or write the sum of i
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -129,11 +130,28 @@ def parameters(params) -> list[torch.Tensor]:
     return [p for value in values if value is not None for p in parameters(value)]
 
 
+def positional_table(max_len: int, d_model: int, dtype: torch.dtype = torch.float32,
+                     device=None) -> torch.Tensor:
+    """The model's sinusoidal table (max_len, D), made once and then reused by every forward
+    pass and every step of greedy decoding of every model of this size, dtype and device.
+
+    It is fixed, not learned, so it is kept beside `params`, not in them: `parameters` (and so
+    Adam) never sees it, nor does a check comparing the gradient that reaches every tensor of
+    `params`. It is shared: read it, never change it in place.
+    """
+    return _positional_table(max_len, d_model, dtype, torch.device("cpu" if device is None else device))
+
+
+@functools.lru_cache(maxsize=16)
+def _positional_table(max_len: int, d_model: int, dtype: torch.dtype, device: torch.device):
+    return sinusoidal_positional_encoding(max_len, d_model, dtype=dtype, device=device)
+
+
 def embed_with_positions(params: dict, ids: torch.Tensor, config: ModelConfig) -> torch.Tensor:
     """ids (B, L) -> token vectors plus sinusoidal positions (B, L, D); source and target alike."""
-    pe = sinusoidal_positional_encoding(config.max_len, config.d_model,
-                                        dtype=params["embedding"].dtype, device=ids.device)
-    return add_positional_encoding(embed(ids, params["embedding"]), pe)
+    table = params["embedding"]                                               # (V, D)
+    pe = positional_table(config.max_len, config.d_model, table.dtype, table.device)
+    return add_positional_encoding(embed(ids, table), pe)
 
 
 def encode_source(params: dict, src: torch.Tensor, config: ModelConfig, training: bool = False):

@@ -141,7 +141,17 @@ def _encoder_layer_cases() -> list[Case]:
                  (torch.randn(3, 4, 8, generator=g), random_encoder_params(8, 16, g), 2)),
             Case("(1, 6, 8), 4 heads, causal mask",
                  (torch.randn(1, 6, 8, generator=g), random_encoder_params(8, 12, g), 4),
-                 {"mask": causal(6)})]
+                 {"mask": causal(6)}),
+            _small_spread_case(g)]
+
+
+def _small_spread_case(g: torch.Generator) -> Case:
+    """x and the attention's output both tiny: the first LayerNorm sees a variance near eps."""
+    params = random_encoder_params(4, 6, g)
+    for name in ("w_o", "b_o"):
+        params["self_attn"][name] = 1e-3 * params["self_attn"][name]
+    return Case("(2, 5, 4), 2 heads, x of spread 1e-3: eps inside the LayerNorm shows",
+                (1e-3 * torch.randn(2, 5, 4, generator=g), params, 2), {"mask": padding([5, 3], 5)})
 
 
 def _encoder_layer_variant(pass_mask=True, norms=("norm1", "norm2"), ffn_reads="h", residual="h",

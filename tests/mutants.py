@@ -308,9 +308,11 @@ def judge_exercise(name: str) -> list[Verdict]:
 
 def table(results: dict[str, list[Verdict]], seconds: float) -> str:
     lines = ["# Mutation test of the exercise checks", "",
-             "Written by `python tests/mutants.py` (see its docstring for how mutants are made and",
-             "how an equivalent mutant is decided). Every mutant that is not equivalent must be",
-             "rejected by its exercise's check; `tests/test_mutants.py` asserts it in `make test`.", "",
+             "Written by `make mutants` (`python tests/mutants.py`; its docstring says how mutants are",
+             "made). A mutant is *equivalent* when it behaves like the reference, as the check engine",
+             f"judges it, on the exercise's own cases plus {RANDOM_SEEDS} seeds of `random_cases`; every",
+             "other mutant must be rejected by the check on the exercise's own cases alone.",
+             "`tests/test_mutants.py` asserts it in `make test`.", "",
              "| exercise | mutants | equivalent | non-equivalent | rejected | named by a catalogued mistake |",
              "|---|---:|---:|---:|---:|---:|"]
     totals = [0] * 5
@@ -324,6 +326,12 @@ def table(results: dict[str, list[Verdict]], seconds: float) -> str:
     rate = 100.0 * totals[3] / totals[2] if totals[2] else 100.0
     lines += ["", f"{rate:.1f} % of the non-equivalent mutants are rejected; "
               f"the whole run took {seconds:.0f} s on this machine."]
+    short = [name for name, verdicts in sorted(results.items())
+             if sum(not v.equivalent for v in verdicts) < 30]
+    if short:
+        lines += ["", "Fewer than 30 non-equivalent mutants: " + ", ".join(f"`{n}`" for n in short)
+                  + ". Their references are a few lines long; the table counts every mutant the "
+                  "generator can make of them."]
     survivors = [v for verdicts in results.values() for v in verdicts if not v.equivalent and not v.rejected]
     if survivors:
         lines += ["", "Mutants that passed their check:", ""]

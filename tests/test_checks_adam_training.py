@@ -484,3 +484,28 @@ def test_every_hint_is_one_line():
     for name in ("adam", "sgd_step", "shift_right", "forward"):
         for mistake in REGISTRY[name].mistakes:
             assert mistake.hint and "\n" not in mistake.hint
+
+
+def w_sgd_replaces_list_entries(parameters, lr):
+    with torch.no_grad():
+        for i, p in enumerate(parameters):
+            if p.grad is not None:
+                parameters[i] = p - lr * p.grad   # a new tensor in the list; the model's is unchanged
+
+
+def test_replacing_the_lists_entries_is_named_as_an_update_not_in_place():
+    result = check("sgd_step", w_sgd_replaces_list_entries)
+    assert result.mistake == "update not in place (p = p - ... rebinds a name)", str(result)
+    assert "grad" not in result.message
+
+
+def w_adam_v_is_m_init(parameters):
+    zeros = [torch.zeros_like(p) for p in parameters]
+    return {"t": 0, "m": zeros, "v": zeros}
+
+
+def test_nan_parameters_do_not_look_like_changed_gradients():
+    from tfmlib import adam_step
+    result = check("adam", (w_adam_v_is_m_init, adam_step))
+    assert result.mistake == "v = m: both names for the same tensors", str(result)
+    assert "GradientChangedError" not in str(result)

@@ -505,3 +505,12 @@ def test_a_failure_is_a_few_short_lines(name, fn):
     text = str(result)
     assert not result and "tensor(" not in text and "[[" not in text, text
     assert len(text.splitlines()) <= 5 and all(len(line) < 240 for line in text.splitlines()), text
+
+
+def test_a_hard_coded_length_is_not_named_after_a_different_crash():
+    def target_mask_for_length_8(tgt, pad_id):
+        causal = torch.ones(8, 8, dtype=torch.bool).tril()[None, None]
+        return (tgt != pad_id)[:, None, None, :] & causal   # a shape mismatch unless L = 8
+    result = check("target_mask", target_mask_for_length_8)
+    assert not result and result.mistake is None, str(result)
+    assert "must match" in result.details

@@ -483,3 +483,20 @@ def test_diagnoses_are_short_and_dump_no_data(name, fn):
     assert "tensor(" not in text and "[[" not in text, text
     assert "object at 0x" not in text, text
     assert all(len(line) <= 240 for line in text.splitlines()), text
+
+
+def w_dropout_reseeds(x, p, training=True):
+    if not training:
+        return x
+    torch.manual_seed(0)  # the same mask on every call, and the caller's random numbers reset
+    keep = (torch.rand_like(x) >= p).to(x.dtype)
+    return x * keep / (1 - p)
+
+
+def test_a_dropout_that_reseeds_the_generator_is_named_and_the_notebooks_numbers_go_on():
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    result = check("dropout", w_dropout_reseeds)
+    assert result.mistake == "the same mask on every call (the generator reseeded inside)", str(result)
+    assert torch.equal(torch.rand(3), expected_next)  # check() restored the global generator

@@ -186,11 +186,15 @@ class GradientChangedError(Exception):
 
 def _trajectory(problem: _Problem, init, step) -> list[list[torch.Tensor]]:
     """The parameters' values after every step."""
-    params = [p.clone().requires_grad_() for p in problem.params]
+    model = [p.clone().requires_grad_() for p in problem.params]  # the model's own tensors
+    params = list(model)  # the list handed to the optimizer, which may rebind its entries
     state = init(params) if init is not None else None
     trajectory = []
     shapes = [p.shape for p in params]
     for k in range(problem.steps):
+        # A step that put new tensors into the list (params[i] = p - ...) never changed the
+        # model's tensors: like `p = p - ...`, the update is lost. Read the model, not the list.
+        params[:] = model
         for i, p in enumerate(params):
             if not isinstance(p, torch.Tensor) or p.shape != shapes[i]:
                 got = tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__
@@ -209,10 +213,10 @@ def _trajectory(problem: _Problem, init, step) -> list[list[torch.Tensor]]:
             if "leaf Variable that requires grad" in str(error):
                 raise _InPlaceOnLeaf(*error.args).with_traceback(error.__traceback__) from None
             raise
-        _require_same_gradients(params, given)
+        _require_same_gradients(model, given)
         if new_state is not None and new_state is not params:  # a functional step returns the state
             state = new_state
-        trajectory.append([p.detach().clone() for p in params])
+        trajectory.append([p.detach().clone() for p in model])
     return trajectory
 
 
@@ -226,7 +230,8 @@ def _require_same_gradients(params, given) -> None:
             how = "it was a tensor, your step set it to None"
         elif before is None:
             how = "it was None, your step put a tensor there"
-        elif after.shape != before.shape or after.dtype != before.dtype or not torch.equal(after, before):
+        elif after.shape != before.shape or after.dtype != before.dtype \
+                or not bool(((after == before) | after.isnan() & before.isnan()).all()):  # NaN = NaN
             how = "your step changed its values"
         else:
             continue

@@ -38,6 +38,7 @@ import difflib
 import html
 import inspect
 import os
+import re
 import textwrap
 import traceback
 from collections.abc import Callable
@@ -331,7 +332,7 @@ def check(name: str, fn, cases: list[Case] | None = None) -> CheckResult:
 
     `cases`: other cases to judge on than the exercise's own (tests use many random ones).
     """
-    threads = torch.get_num_threads()
+    threads, random_state = torch.get_num_threads(), torch.get_rng_state()
     try:
         # The cases are tiny: extra threads only cost time, and a lot of it on a busy CPU.
         torch.set_num_threads(1)
@@ -343,6 +344,7 @@ def check(name: str, fn, cases: list[Case] | None = None) -> CheckResult:
                            "please report it to the course maintainers.")
     finally:
         torch.set_num_threads(threads)
+        torch.set_rng_state(random_state)  # the notebook's random numbers go on as if unchecked
 
 
 def _check(name: str, fn, cases: list[Case] | None) -> CheckResult:
@@ -496,13 +498,21 @@ def _behaves_like(exercise: Exercise, variant, cases, expected, actual) -> bool:
     for case, reference, outcome in zip(cases, expected, actual):
         wrong = _precise_outcome(exercise, variant, case)
         if isinstance(wrong, _Raised) and isinstance(outcome, _Raised):
-            crashes_of_one_type &= type(wrong.error) is type(outcome.error)
+            crashes_of_one_type &= _crash_signature(wrong.error) == _crash_signature(outcome.error)
         elif isinstance(wrong, _Raised) or isinstance(outcome, _Raised) \
                 or _compare(wrong, outcome, exercise) is not None:
             return False
         elif _compare(reference, wrong, exercise) is not None:
             wrong_value_shared = True
     return wrong_value_shared or crashes_of_one_type
+
+
+def _crash_signature(error: BaseException) -> tuple:
+    """The exception's type; for a RuntimeError also its message with numbers blanked, since
+    torch raises RuntimeError for everything (a shape mismatch and `and` on a tensor alike)."""
+    if type(error) is not RuntimeError:
+        return (type(error),)
+    return type(error), re.sub(r"\d+", "#", str(error))[:80]
 
 
 def _is_stub(fn) -> bool:
@@ -551,10 +561,11 @@ def _compare(expected, actual, exercise: Exercise) -> str | None:
         return f"your function raised {type(actual.error).__name__}"
     if isinstance(expected, _Raised):  # comparing two wrong answers with each other
         return "the other function raised"
+    changed = [name for name in actual.changed if name not in expected.changed]
     problem = _compare_values(expected.value, actual.value, exercise)
     if problem is not None:
-        return problem
-    changed = [name for name in actual.changed if name not in expected.changed]
+        also = f"\nit also changed its input {', '.join(f'`{n}`' for n in changed)} in place" if changed else ""
+        return problem + also
     if changed:
         names = ", ".join(f"`{name}`" for name in changed)
         return (f"your function changed its input {names} in place: the caller's data is no longer "
@@ -755,8 +766,8 @@ def _python_slip(error: BaseException) -> str:
         similar = f" (you have `{close[0]}`: one name per thing)" if close else ""
         return f"`{name}` is used before anything was assigned to it{similar}"
     if isinstance(error, RuntimeError) and "Boolean value of Tensor" in text:
-        return ("`if mask:` asks a whole tensor for one True/False; to test whether a mask was "
-                "given, write `if mask is not None:`")
+        return ("`if t:` on a tensor (a mask, a bias) asks it for one True/False; to test "
+                "whether an optional argument was given, write `if mask is not None:`")
     if isinstance(error, RuntimeError) and "numpy() on Tensor that requires grad" in text:
         return ("this output feeds training, and autograd cannot follow a NumPy step: "
                 "stay in torch (torch.softmax, torch.exp, ...)")

@@ -263,7 +263,8 @@ def _dropout_facts(fn, case: Case):
         return None  # the engine asks whether a `return` is missing
     facts = {"what it returns": _what_it_returns(x, y)}
     keys = ("contains NaN", "returns x unchanged", "one mask repeated along an axis",
-            "fraction zeroed", "kept entries scaled by", "gradient reaching x")
+            "fraction zeroed", "kept entries scaled by", "gradient reaching x",
+            "a new mask on each call")
     if facts["what it returns"] != _LIKE_X:
         facts.update({key: "n/a" for key in keys})
         return facts
@@ -276,7 +277,18 @@ def _dropout_facts(fn, case: Case):
     facts[keys[3]] = "not judged (one mask repeated)" if repeated else _fraction_zeroed(dropped, p)
     facts[keys[4]] = _kept_scale(original, y, ~dropped)
     facts[keys[5]] = _gradient_reaching_x(fn, original, p, training)
+    facts[keys[6]] = _new_mask_each_call(fn, original, p, training, dropped)
     return facts
+
+
+def _new_mask_each_call(fn, x: torch.Tensor, p: float, training: bool, dropped: torch.Tensor):
+    """Whether a second call drops other entries: a dropout that reseeds the generator
+    (torch.manual_seed inside) drops the same ones every time, in every layer and step."""
+    if not dropped.any():
+        return "n/a (nothing dropped)"
+    again = fn(x.clone(), p, training)
+    return isinstance(again, torch.Tensor) and again.shape == x.shape \
+        and not torch.equal(again.detach() == 0, dropped)
 
 
 def _dropout_variant(scale=lambda p: 1 / (1 - p), ignore_training=False, flipped=False,
@@ -288,6 +300,13 @@ def _dropout_variant(scale=lambda p: 1 / (1 - p), ignore_training=False, flipped
         keep = draw < p if flipped else draw >= p
         return x * keep * scale(p)
     return variant
+
+
+def _reseeding_dropout(x, p, training=True):
+    if not training or p == 0.0:
+        return x
+    torch.manual_seed(0)
+    return x * (torch.rand(x.shape) >= p) / (1 - p)
 
 
 def _dropout_by_p(x, p, training=True):
@@ -334,10 +353,15 @@ register(Exercise(
         Mistake("keep test flipped: drops a fraction 1 - p",
                 "keep an entry when rand >= p (probability 1 - p); rand < p keeps only a fraction p",
                 _dropout_variant(flipped=True)),
-        Mistake("one mask shared by every token",
-                "draw the mask with the shape of x (torch.rand(x.shape) or torch.rand_like(x)), "
-                "not of one axis",
-                _dropout_variant(mask_shape=lambda x: x.shape[-1:])),
+        Mistake("one mask repeated along an axis",
+                "draw one random number per entry, torch.rand_like(x), not a mask of one axis such "
+                "as (D,) or (B, L, 1) that broadcasting repeats over the others",
+                _dropout_variant(mask_shape=lambda x: x.shape[-1:]),
+                also=(_dropout_variant(mask_shape=lambda x: (*x.shape[:-1], 1)),)),
+        Mistake("the same mask on every call (the generator reseeded inside)",
+                "do not call torch.manual_seed inside dropout: every call, in every layer and every "
+                "step, would drop the same entries (and reset the caller's random numbers)",
+                _reseeding_dropout),
         Mistake("non-inverted dropout (the 2014 paper): scaled by 1 - p at evaluation",
                 "the 2014 paper multiplies by 1 - p at test time; inverted dropout (nn.Dropout, this "
                 "course) divides the survivors by 1 - p in training, so evaluation returns x as it is",

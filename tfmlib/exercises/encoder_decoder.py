@@ -42,13 +42,6 @@ def random_decoder_params(d_model: int, d_ff: int, g: torch.Generator) -> dict:
             "norm2": random_norm_params(d_model, g), "norm3": random_norm_params(d_model, g)}
 
 
-class ShortList(list):
-    """A plain list of layer params that prints as "list of N layer params" in a check's report."""
-
-    def __repr__(self) -> str:
-        return f"list of {len(self)} layer params"
-
-
 def _sublayer(x, sublayer, norm, pre_ln=False):
     """Post-LN: LayerNorm(x + sublayer(x)); Pre-LN: x + sublayer(LayerNorm(x))."""
     if pre_ln:

@@ -22,7 +22,6 @@ import torch
 from ..training import (BOS_ID, PAD_ID, ModelConfig, decode_target, encode_source, forward,
                         init_model, make_batch, parameters, shift_right)
 from .core import Case, Exercise, Mistake, register
-from .encoder_decoder import ShortList
 
 
 # ---- shift_right ------------------------------------------------------------------------------
@@ -114,7 +113,6 @@ def _model(config: ModelConfig, g: torch.Generator) -> dict:
     """init_model's params, with LayerNorm and output bias moved away from 1 and 0 (where
     swapping gamma and beta, or dropping the bias, would not show)."""
     params = init_model(config, g)
-    params["encoder"], params["decoder"] = ShortList(params["encoder"]), ShortList(params["decoder"])
     with torch.no_grad():
         for p in parameters(params):
             if p.dim() == 1:

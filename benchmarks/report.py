@@ -88,6 +88,9 @@ def summary_lines(comparisons, notebooks, widgets, training) -> list[str]:
         lines.append(f"- **Whole course headless < {total.target_s:.0f} s**: {_s(total.seconds)} s "
                      f"for {total.what.split('(')[1].rstrip(')')} -> "
                      f"{'met' if total.meets_target else 'missed'}.")
+        for lab in (r for r in notebooks if "experiments lab" in r.what):
+            lines.append(f"- **Experiments lab's cells < {lab.target_s:.0f} s**: {_s(lab.seconds)} s "
+                         f"-> {'met' if lab.meets_target else 'missed'}.")
         failed = [r.what for r in notebooks if "FAILED" in r.note]
         if failed:
             lines.append(f"- Notebooks that raised an error while executing: {', '.join(failed)}.")
@@ -99,8 +102,11 @@ def summary_lines(comparisons, notebooks, widgets, training) -> list[str]:
                      + (" Missed: " + "; ".join(f"{r.what.split(':')[0]} ({_ms(r.seconds)} ms)"
                                                for r in slow) + "." if slow else ""))
     if training:
-        lines.append(f"- **Notebook 10's training**: {training[0].what}: "
-                     f"{_s(training[0].seconds)} s ({training[0].note}).")
+        first = training[0]
+        verdict = ("not reached" if math.isnan(first.seconds)
+                   else "met" if first.meets_target else "missed")
+        lines.append(f"- **Notebook 10's training, {first.what} <= {first.target_s:.0f} s**: "
+                     f"{_s(first.seconds)} s -> {verdict} ({first.note}).")
     return lines
 
 

@@ -98,6 +98,25 @@ def test_notebook_benchmark_runs_a_copy_and_leaves_the_original(tmp_path):
     assert all(_positive(r.seconds) for r in rows) and "FAILED" not in rows[0].note
 
 
+def test_notebook_benchmark_times_the_experiments_lab_section_apart(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import time"),
+                nbformat.v4.new_markdown_cell("## 9. Experiments lab\n\nText."),
+                nbformat.v4.new_code_cell("time.sleep(0.3)"),
+                nbformat.v4.new_markdown_cell("### One experiment"),
+                nbformat.v4.new_code_cell("time.sleep(0.2)"),
+                nbformat.v4.new_markdown_cell("## 10. Checklist"),
+                nbformat.v4.new_code_cell("time.sleep(0.4)")]
+    path = tmp_path / "10_tiny.ipynb"
+    nbformat.write(nb, path)
+    rows = course.notebooks([path])
+    assert [r.what for r in rows] == ["10_tiny", "10_tiny: experiments lab cells",
+                                      "whole course (1 notebooks)"]
+    lab = rows[1]
+    assert 0.5 <= lab.seconds < 0.9 and lab.target_s == course.LAB_TARGET_S   # not the 0.4 s after
+    assert rows[2].seconds == rows[0].seconds                                 # counted once
+
+
 def _timing(ms):
     return Timing(ms / 1000, ms / 1000, ms / 1000, 3, 1)
 

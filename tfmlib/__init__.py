@@ -17,7 +17,8 @@ from .sublayers import (dropout, feed_forward, init_ffn_params, init_norm_params
 from .encoder_decoder import (decoder, decoder_layer, encoder, encoder_layer,
                               init_decoder_layer_params, init_encoder_layer_params,
                               stack_attention_weights)
-from .adam import adam_init, adam_step, sgd_step, zero_grad
+from .adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
+                   warmup_inverse_sqrt_lr, zero_grad)
 from .from_torch import params_from_torch
 
 import types as _types

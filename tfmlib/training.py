@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._validation import require_keys, require_ndim, require_size
+from ._validation import (require_float, require_keys, require_min_ndim, require_ndim,
+                          require_same_device, require_size, require_tensor, require_token_id)
 from .adam import adam_init, adam_step, warmup_cosine_lr, zero_grad
 from .embeddings import add_positional_encoding, embed, sinusoidal_positional_encoding
 from .encoder_decoder import (decoder, encoder, init_decoder_layer_params,
@@ -224,6 +225,50 @@ def sequence_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over every non-pad target position: (B, Lt, V), (B, Lt) -> scalar."""
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
                            ignore_index=PAD_ID)
+
+
+def label_smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float,
+                                 ignore_index: int = -100) -> torch.Tensor:
+    """Cross-entropy against smoothed targets: (..., V) logits, (...) labels -> scalar.
+
+    The target distribution keeps 1 - smoothing on the label and spreads `smoothing` evenly
+    over all V classes, the label included (each gets smoothing / V), as
+    F.cross_entropy(..., label_smoothing=smoothing) does. Positions labelled `ignore_index`
+    (padding) count neither in the loss nor in the mean; if every position is ignored the
+    mean is 0 / 0 = nan, as in PyTorch.
+    """
+    _check_label_smoothing_inputs(logits, labels, smoothing, ignore_index)
+    log_probs = logits.log_softmax(dim=-1)                                        # (..., V)
+    kept = labels != ignore_index                                                 # (...)
+    safe_labels = labels.masked_fill(~kept, 0)  # any class will do: those rows are dropped below
+    target_term = -log_probs.gather(-1, safe_labels.unsqueeze(-1)).squeeze(-1)    # (...)
+    uniform_term = -log_probs.mean(dim=-1)      # -sum_c log p_c / V: the smoothing / V part  (...)
+    per_position = (1 - smoothing) * target_term + smoothing * uniform_term       # (...)
+    return per_position.masked_fill(~kept, 0.0).sum() / kept.sum()
+
+
+def _check_label_smoothing_inputs(logits, labels, smoothing, ignore_index) -> None:
+    require_min_ndim("logits", logits, 1, "(..., V)")
+    require_float("logits", logits)
+    if logits.size(-1) == 0:
+        raise ValueError(f"logits: expected at least one class on the last axis (..., V), "
+                         f"got shape {tuple(logits.shape)}")
+    require_tensor("labels", labels, layout=f"{tuple(logits.shape[:-1])} of class indices")
+    if labels.dtype != torch.long:
+        raise TypeError(f"labels: expected class indices of dtype torch.long, got {labels.dtype}")
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels: expected shape {tuple(logits.shape[:-1])} (logits without its "
+                         f"class axis), got shape {tuple(labels.shape)}")
+    require_same_device("labels", labels, "logits", logits)
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)):
+        raise TypeError(f"smoothing: expected a float in [0, 1], got {smoothing!r}")
+    if not 0.0 <= smoothing <= 1.0:  # also refuses nan
+        raise ValueError(f"smoothing: expected a float in [0, 1], got {smoothing}")
+    require_token_id("ignore_index", ignore_index)
+    scored = labels[labels != ignore_index]
+    if scored.numel() and (scored.min() < 0 or scored.max() >= logits.size(-1)):
+        raise ValueError(f"labels: expected classes in [0, {logits.size(-1)}) or ignore_index "
+                         f"({ignore_index}), got min {int(scored.min())}, max {int(scored.max())}")
 
 
 # ---- training and decoding ------------------------------------------------------------------

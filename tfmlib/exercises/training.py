@@ -3,6 +3,7 @@
 How each check calls the learner's function:
     shift_right(tgt)                                  -> (decoder input, labels)
     forward(params, src, tgt_in, config, training)    -> logits (B, Lt, V)
+    label_smoothed_cross_entropy(logits, labels, smoothing, ignore_index) -> scalar
 
 tgt is <bos> answer <eos>, right-padded, as tfmlib.training.make_batch makes it.
 The forward check runs a tiny model whose config has dropout_p > 0, in evaluation
@@ -20,7 +21,8 @@ import contextlib
 import torch
 
 from ..training import (BOS_ID, PAD_ID, ModelConfig, decode_target, encode_source, forward,
-                        init_model, make_batch, parameters, shift_right)
+                        init_model, label_smoothed_cross_entropy, make_batch, parameters,
+                        shift_right)
 from .core import Case, Exercise, Mistake, register
 
 
@@ -215,5 +217,201 @@ register(Exercise(
                 "the logits feed the loss, so autograd must record the pass: drop torch.no_grad() "
                 "(greedy_decode has it because it never trains)",
                 _forward_variant(no_grad=True)),
+    ],
+))
+
+
+# ---- label_smoothed_cross_entropy ---------------------------------------------------------------
+# The check feeds logits (..., V) as a model would (padded targets right-padded, as make_batch
+# makes them) and compares the loss and its gradient reaching the logits. Every case keeps at
+# least one position: when all are ignored the loss is 0 / 0, and how nan flows back depends
+# on how the mean is written, not on the idea.
+
+def _smoothing_case(label, shape, vocab, smoothing, ignore_index, g, lengths=None,
+                    scale=3.0, dtype=torch.float32) -> Case:
+    """logits (*shape, vocab) and labels (*shape); with `lengths`, row b keeps its first
+    lengths[b] labels and the rest are ignore_index (padding at the end, as in a batch)."""
+    logits = (scale * torch.randn(*shape, vocab, generator=g)).to(dtype)
+    low = 1 if ignore_index == 0 else 0   # <pad> = 0 is never a label to predict
+    labels = torch.randint(low, vocab, shape, generator=g)
+    if lengths is not None:
+        position = torch.arange(shape[-1])
+        padded = position >= torch.tensor(lengths).reshape(*shape[:-1], 1)
+        labels = labels.masked_fill(padded, ignore_index)
+    return Case(label, (logits, labels, smoothing, ignore_index))
+
+
+def _smoothing_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(110)
+    # exp(-800) is 0 even in float64: log(softmax(x)) gives -inf there, log_softmax does not
+    confident = torch.tensor([[800.0, 0.0, -60.0, 20.0], [-20.0, 40.0, 900.0, 0.0],
+                              [0.0, 0.0, 0.0, 0.0]])
+    return [
+        _smoothing_case("(B, Lt, V) = (3, 5, 7), <pad> = 0 ignored, smoothing 0.1", (3, 5), 7, 0.1,
+                        PAD_ID, g, lengths=[5, 3, 1]),
+        _smoothing_case("(N, V) = (6, 4), float64, labels -100 ignored, smoothing 0.3", (6,), 4, 0.3,
+                        -100, g, lengths=[4], dtype=torch.float64),
+        _smoothing_case("smoothing 0: plain cross-entropy, (2, 4, 5) padded", (2, 4), 5, 0.0, PAD_ID,
+                        g, lengths=[2, 4]),
+        _smoothing_case("smoothing 1: only the uniform part, (4, 3, 6) padded", (4, 3), 6, 1.0, PAD_ID,
+                        g, lengths=[3, 1, 2, 3]),
+        _smoothing_case("no padding, (2, 3, 9), smoothing 0.25, ignore_index -100", (2, 3), 9, 0.25,
+                        -100, g),
+        _smoothing_case("(B, H, L, V) = (2, 2, 3, 5), padded, smoothing 0.2", (2, 2, 3), 5, 0.2, PAD_ID,
+                        g, lengths=[[3, 2], [1, 3]], dtype=torch.float64),
+        Case("logits hundreds apart (a very confident model), smoothing 0.1",
+             (confident, torch.tensor([0, 2, 3]), 0.1, -100)),
+    ]
+
+
+def _smoothing_random_cases(seed: int) -> list[Case]:
+    """1 to 3 leading axes of sizes 1 to 5, V from 2 to 12, float32 or float64, smoothing 0, 1 or
+    anything between, <pad> = 0 or -100 ignored with padded rows of any length (at least one
+    position kept), logits of scale 1 to 60 (softmax underflows at the top)."""
+    g = torch.Generator().manual_seed(1200 + seed)
+
+    def integer(low, high):
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    cases = []
+    for index in range(8):
+        shape = tuple(integer(1, 5) for _ in range(integer(1, 3)))
+        vocab = integer(2, 12)
+        ignore_index = (PAD_ID, -100)[integer(0, 1)]
+        if ignore_index == PAD_ID and vocab == 2:
+            vocab = 3   # one class besides <pad> would make every label the same
+        smoothing = (0.0, 1.0, round(float(torch.rand((), generator=g)), 3))[index % 3]
+        lengths = torch.randint(0, shape[-1] + 1, shape[:-1], generator=g)
+        lengths.view(-1)[0] = max(1, int(lengths.view(-1)[0]))   # at least one position kept
+        dtype = (torch.float32, torch.float64)[integer(0, 1)]
+        scale = (1.0, 5.0, 60.0)[integer(0, 2)]
+        cases.append(_smoothing_case(f"random case {index + 1}: {shape + (vocab,)}, smoothing "
+                                     f"{smoothing}, ignore_index {ignore_index}", shape, vocab,
+                                     smoothing, ignore_index, g, lengths.tolist(), scale, dtype))
+    return cases
+
+
+def _target_distribution(log_probs, labels, smoothing, convention, ignore_index):
+    """(..., V): the share of every class under a convention (a wrong one, but for "torch")."""
+    vocab = log_probs.size(-1)
+    one_hot = torch.nn.functional.one_hot(labels, vocab).to(log_probs.dtype)      # (..., V)
+    others = 1 - one_hot
+    if convention == "label left out of the spread":
+        return (1 - smoothing) * one_hot + smoothing / vocab * others
+    if convention == "V - 1":   # fairseq's label_smoothed_nll_loss
+        return (1 - smoothing) * one_hot + smoothing / (vocab - 1) * others
+    if convention == "annotated transformer":   # smoothing / (V - 2), nothing on the <pad> column
+        dist = (1 - smoothing) * one_hot + smoothing / (vocab - 2) * others
+        dist[..., ignore_index] = 0
+        return dist
+    if convention == "swapped":
+        return smoothing * one_hot + (1 - smoothing) / vocab
+    if convention == "not divided by V":
+        return (1 - smoothing) * one_hot + smoothing
+    return (1 - smoothing) * one_hot + smoothing / vocab
+
+
+def _smoothing_variant(convention="torch", reduction="mean over kept", log_probs="log_softmax",
+                       smooth_padding=False, score_padding=False, kl=False, sign=1.0):
+    def variant(logits, labels, smoothing, ignore_index=-100):
+        if log_probs == "log of softmax":
+            log_p = torch.log(torch.softmax(logits, dim=-1))
+        elif log_probs == "log of sum of exp":
+            log_p = logits - torch.log(torch.exp(logits).sum(dim=-1, keepdim=True))
+        else:
+            log_p = logits.log_softmax(dim=1 if log_probs == "axis 1" else -1)
+        kept = labels != ignore_index
+        if score_padding:
+            kept = torch.ones_like(kept)
+        target = _target_distribution(log_p, labels.masked_fill(~kept, 0), smoothing, convention,
+                                      ignore_index)
+        per_position = -(target * log_p).sum(dim=-1)                              # (...)
+        if kl:   # KLDivLoss: the target's own entropy term added
+            per_position = per_position + torch.xlogy(target, target).sum(dim=-1)
+        per_position = per_position * kept
+        if smooth_padding:   # only the label's term is masked, the smoothing part is not
+            per_position = per_position - smoothing * log_p.mean(dim=-1) * ~kept
+        if reduction == "sum":
+            loss = per_position.sum()
+        elif reduction == "mean over all":
+            loss = per_position.mean()
+        elif reduction == "per sequence":
+            loss = (per_position.sum(dim=-1) / kept.sum(dim=-1)).mean()
+        else:
+            loss = per_position.sum() / kept.sum()
+        return sign * loss
+    return variant
+
+
+def _ignoring_minus_100_only(logits, labels, smoothing, ignore_index=-100):
+    """ignore_index not handed on: -100, the default, is skipped, <pad> = 0 is scored."""
+    return label_smoothed_cross_entropy(logits, labels, smoothing)
+
+
+register(Exercise(
+    name="label_smoothed_cross_entropy",
+    reference=label_smoothed_cross_entropy,
+    make_cases=_smoothing_cases,
+    random_cases=_smoothing_random_cases,
+    gradients=True,
+    nan_hint="0 * log(0) = nan: a probability that underflows to 0 has log -inf; "
+             "take torch.log_softmax, which never underflows to -inf",
+    mistakes=[
+        Mistake("averages over padded positions too",
+                "padded positions add 0 to the loss but must not count in the mean either: divide by "
+                "the number of positions whose label is not ignore_index",
+                _smoothing_variant(reduction="mean over all")),
+        Mistake("padded rows still pay the smoothing term",
+                "mask the whole loss of an ignored position, its smoothing part included, not only "
+                "the label's term",
+                _smoothing_variant(smooth_padding=True)),
+        Mistake("ignore_index not used: padded positions are scored as if <pad> were the answer",
+                "leave out every position whose label equals ignore_index, from the sum and from "
+                "the count (F.cross_entropy's own default is -100: hand it ignore_index)",
+                _smoothing_variant(score_padding=True), also=(_ignoring_minus_100_only,)),
+        Mistake("smoothing spread over V - 1 classes (the label excluded)",
+                "that is fairseq's convention; PyTorch's (F.cross_entropy's label_smoothing) gives "
+                "every class smoothing / V, the label included, and the label also keeps 1 - smoothing",
+                _smoothing_variant(convention="V - 1")),
+        Mistake("smoothing / V not given to the label's own class",
+                "every class gets smoothing / V, the label included, so the label's share is "
+                "1 - smoothing + smoothing / V and the shares sum to 1",
+                _smoothing_variant(convention="label left out of the spread")),
+        Mistake("The Annotated Transformer's convention: smoothing / (V - 2), nothing on <pad>",
+                "a different convention from PyTorch's: F.cross_entropy's label_smoothing gives every "
+                "class, <pad> included, smoothing / V and keeps 1 - smoothing on the label",
+                _smoothing_variant(convention="annotated transformer"),
+                also=(_smoothing_variant(convention="annotated transformer", kl=True),)),
+        Mistake("KL divergence instead of cross-entropy: lower by the target's entropy",
+                "nn.KLDivLoss subtracts the smoothed target's own entropy, a constant: same gradient, "
+                "but F.cross_entropy's label_smoothing reports the cross-entropy itself",
+                _smoothing_variant(kl=True)),
+        Mistake("1 - smoothing and smoothing swapped",
+                "the label keeps 1 - smoothing (most of the mass); only `smoothing` is spread evenly",
+                _smoothing_variant(convention="swapped")),
+        Mistake("smoothing not divided by V: every class gets all of it",
+                "the uniform part is smoothing / V per class (smoothing in all), so it is the mean of "
+                "-log p over the classes, not their sum",
+                _smoothing_variant(convention="not divided by V")),
+        Mistake("sign error: the loss is -log p, not log p",
+                "log probabilities are <= 0, so the loss, their negated weighted sum, is >= 0",
+                _smoothing_variant(sign=-1.0)),
+        Mistake("sum instead of mean",
+                "divide the sum over kept positions by their count, so the loss does not grow with "
+                "the batch size",
+                _smoothing_variant(reduction="sum")),
+        Mistake("averaged per sequence, then over sequences",
+                "every kept position weighs the same: one sum over all kept positions, divided by "
+                "their total count (short sequences must not weigh more)",
+                _smoothing_variant(reduction="per sequence")),
+        Mistake("log_softmax over axis 1, F.cross_entropy's (N, C, ...) class axis",
+                "here logits are (..., V): the classes are the last axis, log_softmax(dim=-1)",
+                _smoothing_variant(log_probs="axis 1")),
+        Mistake("log of softmax in two steps: exp underflows, and log 0 = -inf",
+                "right on paper, but the smoothing part reads log p of every class, and for logits "
+                "far apart exp underflows to 0 (or overflows): torch.log_softmax subtracts the "
+                "largest logit first and stays finite",
+                _smoothing_variant(log_probs="log of softmax"),
+                also=(_smoothing_variant(log_probs="log of sum of exp"),)),
     ],
 ))

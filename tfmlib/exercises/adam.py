@@ -8,6 +8,13 @@ How each check calls the learner's functions:
                If my_adam_step returns something other than None, that is taken as the new
                state (a functional style, `state = step(...)`, passes as well).
     sgd_step:  my_sgd_step(parameters, lr)
+    adamw_step: state = tfmlib's adam_init(parameters), then once per step
+               my_adamw_step(parameters, state, lr, betas, weight_decay=...)
+    clip_grad_norm: total_norm = my_clip_grad_norm(parameters, max_norm), once, after the
+               check has set every p.grad; judged: the returned norm (a 0-dim tensor), every
+               p.grad afterwards (scaled in place or replaced, either passes) and the parameters
+    warmup_inverse_sqrt_lr, warmup_cosine_lr: called once per step of a list of steps;
+               judged: the float returned for each step (and the exception, if one is due)
 
 Only behaviour is judged: the values of the parameters after every step of small
 problems (fixed gradients, or gradients from loss.backward(); one parameter never
@@ -22,11 +29,14 @@ parameter instead; the two agree whenever every parameter has a gradient on ever
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import torch
 
-from ..adam import adam_init, adam_step, sgd_step
+from ..adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
+                    warmup_inverse_sqrt_lr)
 from .core import Case, Exercise, Mistake, register
 
 try:  # the engine's own test for "the body is only ... / pass / raise NotImplementedError"
@@ -71,19 +81,22 @@ class _Problem:
     steps: int = 3
     grads: list = field(default_factory=list)   # per step, one tensor or None per parameter
     loss: _Quadratic | None = None              # or: gradients from loss(params).backward()
+    weight_decay: float | None = None           # AdamW's only
 
     def __deepcopy__(self, memo):
         return self  # never handed to the learner: _trajectory gives out clones only
 
     def __repr__(self) -> str:
         betas = "" if self.betas is None else f", betas={self.betas}"
-        return f"{self.steps} steps, lr={self.lr}{betas}"
+        decay = "" if self.weight_decay is None else f", weight_decay={self.weight_decay}"
+        return f"{self.steps} steps, lr={self.lr}{betas}{decay}"
 
     def without(self, dropped: set[int]) -> _Problem:
         """The same problem without the parameters numbered in `dropped`."""
         keep = [i for i in range(len(self.params)) if i not in dropped]
         return _Problem(self.description, [self.params[i] for i in keep], self.lr, self.betas,
-                        self.steps, [[grads[i] for i in keep] for grads in self.grads], self.loss)
+                        self.steps, [[grads[i] for i in keep] for grads in self.grads], self.loss,
+                        self.weight_decay)
 
     def sometimes_without_gradient(self) -> set[int]:
         """The parameters whose .grad is None on at least one step."""
@@ -490,5 +503,449 @@ register(Exercise(
         Mistake("update added instead of subtracted",
                 "go against the gradient: p = p - lr * p.grad",
                 _sgd_variant(sign=1.0)),
+    ],
+))
+
+
+# ---- AdamW ------------------------------------------------------------------------------------
+
+def _with_decay(problems: list[_Problem], decays) -> list[_Problem]:
+    for problem, decay in zip(problems, decays):
+        problem.weight_decay = decay
+    return problems
+
+
+def _adamw_cases() -> list[Case]:
+    # lr * weight_decay up to 0.5: large enough that decaying after the update, or without
+    # lr, moves p visibly; one problem without decay (AdamW is then Adam).
+    problems = _with_decay(_problems(), (0.5, 2.0, 1.0, 0.0, 5.0, 0.3, 0.1))
+    g = torch.Generator().manual_seed(91)
+    problems.append(_Problem("large parameters, large gradients: the decay and the update both show",
+                             [10 * torch.randn(3, generator=g), torch.randn(2, 2, generator=g)],
+                             lr=0.2, steps=3, weight_decay=1.5,
+                             grads=[[50 * torch.randn(3, generator=g), torch.randn(2, 2, generator=g)]
+                                    for _ in range(3)]))
+    return [Case(problem.description, (problem,)) for problem in problems]
+
+
+def _adamw_random_cases(seed: int) -> list[Case]:
+    problems = _random_problems(seed)
+    g = torch.Generator().manual_seed(950 + seed)
+    decays = [0.0 if i == 5 else round(3 * float(torch.rand((), generator=g)), 3) for i in range(len(problems))]
+    return [Case(problem.description, (problem,)) for problem in _with_decay(problems, decays)]
+
+
+def _adamw_run(fn, case: Case):
+    return _run_optimizer(case.args[0], adam_init, lambda params, state, problem: fn(
+        params, state, problem.lr, problem.betas, weight_decay=problem.weight_decay))
+
+
+def _adamw_variant(*, decay="decoupled", decay_all=False, **adam_mistake):
+    """adamw_step with one mistake: where (or whether) the decay goes, or one of Adam's."""
+    adam = _adam_step_variant(**adam_mistake)
+
+    def step(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        params = list(parameters)
+        decayed = [p for p in params if decay_all or p.grad is not None]
+        if decay == "l2":  # weight_decay * p added to the gradient that Adam reads
+            grads = [p.grad for p in params]
+            for p in decayed:
+                p.grad = (p.grad if p.grad is not None else torch.zeros_like(p)) + weight_decay * p.detach()
+            adam(params, state, lr, betas, eps)
+            for p, grad in zip(params, grads):
+                p.grad = grad
+            return
+        factor = {"decoupled": 1 - lr * weight_decay, "after": 1 - lr * weight_decay,
+                  "without lr": 1 - weight_decay, "added": 1 + lr * weight_decay, None: 1.0}[decay]
+        with torch.no_grad():
+            for p in decayed if decay != "after" else ():
+                p.mul_(factor)
+        adam(params, state, lr, betas, eps)
+        with torch.no_grad():
+            for p in decayed if decay == "after" else ():
+                p.mul_(factor)
+    return step
+
+
+def _adamw_decay_in_fraction(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    """weight_decay * p put beside m_hat, so that it is divided by sqrt(v_hat) as well."""
+    params = list(parameters)
+    beta1, beta2 = betas
+    state["t"] += 1
+    t = state["t"]
+    with torch.no_grad():
+        for p, m, v in zip(params, state["m"], state["v"]):
+            if p.grad is None:
+                continue
+            m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+            v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+            p.sub_(lr * (m_hat + weight_decay * p) / (v_hat.sqrt() + eps))
+
+
+register(Exercise(
+    name="adamw_step",
+    reference=adamw_step,
+    make_cases=_adamw_cases,
+    random_cases=_adamw_random_cases,
+    run=_adamw_run,
+    float64_reference=False,  # the run clones the problem's own tensors: a float64 copy is the same run
+    mistakes=[
+        Mistake("weight decay added to the gradient (Adam + L2, not AdamW)",
+                "g + weight_decay * p goes through m and v, so the decay is divided by sqrt(v_hat) "
+                "like the gradient: decouple it, multiply p by (1 - lr * weight_decay), then take the Adam step",
+                _adamw_variant(decay="l2")),
+        Mistake("weight decay inside the Adam fraction, divided by sqrt(v_hat)",
+                "(m_hat + weight_decay * p) / (sqrt(v_hat) + eps) scales the decay by each weight's "
+                "gradient size; AdamW subtracts lr * weight_decay * p on its own",
+                _adamw_decay_in_fraction),
+        Mistake("weight decay applied after the Adam update",
+                "shrink p first (times 1 - lr * weight_decay), then take the Adam step "
+                "(torch.optim.AdamW's order): decaying afterwards also shrinks this step's update",
+                _adamw_variant(decay="after")),
+        Mistake("weight decay not scaled by lr",
+                "the decay is lr * weight_decay per step: p times (1 - lr * weight_decay), not (1 - weight_decay)",
+                _adamw_variant(decay="without lr")),
+        Mistake("weight decay with the wrong sign (the weights grow)",
+                "decay shrinks the weights: multiply by 1 - lr * weight_decay",
+                _adamw_variant(decay="added")),
+        Mistake("weight decay ignored (plain Adam)",
+                "AdamW first multiplies each parameter that has a gradient by 1 - lr * weight_decay",
+                _adamw_variant(decay=None)),
+        Mistake("parameters without a gradient decayed too",
+                "skip a parameter whose p.grad is None entirely, decay included (torch.optim.AdamW "
+                "does): it took no part in this step",
+                _adamw_variant(decay_all=True)),
+        Mistake("crash on a parameter whose grad is None",
+                "a parameter that took no part in the loss has p.grad None: skip it, for the decay "
+                "as for the Adam update",
+                _adamw_variant(skip_none=False)),
+        Mistake("no bias correction",
+                "divide by (1 - beta ** t): m_hat = m / (1 - beta1 ** t), v_hat = v / (1 - beta2 ** t)",
+                _adamw_variant(bias_correction=False)),
+        Mistake("t incremented once per parameter",
+                "t counts optimizer steps: add 1 once per call, outside the loop over parameters",
+                _adamw_variant(t_per_parameter="after the None check"),
+                also=(_adamw_variant(t_per_parameter="before the None check"),)),
+        Mistake("update not in place (p = p - ... rebinds a name)",
+                "change the parameter itself: p.mul_(...) and p.sub_(...) inside torch.no_grad()",
+                _adamw_variant(in_place=False)),
+        Mistake("betas ignored",
+                "use the betas you are given: beta1, beta2 = betas",
+                _adamw_variant(fixed_betas=True)),
+    ],
+))
+
+
+# ---- clip_grad_norm ---------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class _Gradients:
+    """Parameters and their gradients (None: no gradient), and the max_norm to clip to."""
+    description: str
+    params: list
+    grads: list
+    max_norm: float
+    as_one_tensor: bool = False  # hand the single parameter over as a tensor, not in a list
+
+    def __deepcopy__(self, memo):
+        return self  # never handed to the learner: _clip_run gives out fresh tensors only
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{tuple(p.shape)}" + (" no grad" if g is None else "")
+                           for p, g in zip(self.params, self.grads))
+        return f"parameters [{shapes}], max_norm={self.max_norm}"
+
+
+def _clip_run(fn, case: Case):
+    """-> (returned norm, every p.grad afterwards, every parameter afterwards)."""
+    problem = case.args[0]
+    params = [p.clone().requires_grad_() for p in problem.params]
+    for p, grad in zip(params, problem.grads):
+        p.grad = None if grad is None else grad.clone()
+    total_norm = fn(params[0] if problem.as_one_tensor else params, problem.max_norm)
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    return total_norm, grads, [p.detach().clone() for p in params]
+
+
+def _clip_problems(g: torch.Generator, dtype=torch.float32) -> list[_Gradients]:
+    def r(*shape, scale=1.0):
+        return scale * torch.randn(shape, generator=g, dtype=dtype)
+
+    return [
+        _Gradients("a gradient spike: the global norm far above max_norm; one parameter without grad",
+                   [r(3), r(2, 3), r(4), r(2)], [r(3, scale=10), r(2, 3, scale=20), r(4, scale=0.1), None],
+                   max_norm=1.0),
+        _Gradients("the global norm below max_norm: nothing changes (no scaling up)",
+                   [r(3), r(2, 2)], [r(3, scale=0.1), r(2, 2, scale=0.1)], max_norm=5.0),
+        _Gradients("one large gradient and one small: one factor for both, not one each",
+                   [r(5), r(3)], [r(5, scale=30), r(3, scale=0.05)], max_norm=2.0),
+        _Gradients("one tensor, not a list (torch accepts both)", [r(4, 3)], [r(4, 3, scale=5)],
+                   max_norm=3.0, as_one_tensor=True),
+        _Gradients("no parameter has a gradient: the norm is 0", [r(3), r(2)], [None, None], max_norm=1.0),
+        _Gradients("a scalar, an empty parameter and a zero gradient among the others",
+                   [r(), r(0), r(2, 2), r(3)], [r(scale=4), r(0), torch.zeros(2, 2, dtype=dtype), r(3, scale=4)],
+                   max_norm=1.5),
+    ]
+
+
+def _clip_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(92)
+    problems = _clip_problems(g)
+    problems.append(dataclasses.replace(_clip_problems(g, torch.float64)[0],
+                                        description="float64 gradients, the global norm above max_norm"))
+    return [Case(problem.description, (problem,)) for problem in problems]
+
+
+def _clip_random_cases(seed: int) -> list[Case]:
+    """1 to 5 parameters of any shape, float32 or float64, gradients from 1e-3 to 1e3 or none,
+    max_norm from 0 to 10 (above or below the norm), sometimes one tensor not in a list."""
+    g = torch.Generator().manual_seed(920 + seed)
+    shapes = [(), (0,), (1,), (3,), (2, 3), (4, 1), (2, 1, 3)]
+
+    def integer(low, high):
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    cases = []
+    for index in range(8):
+        dtype = torch.float64 if index % 2 else torch.float32
+        params = [torch.randn(shapes[integer(0, len(shapes) - 1)], generator=g, dtype=dtype)
+                  for _ in range(integer(1, 5))]
+        grads = [None if integer(0, 3) == 0 else 10 ** (6 * float(torch.rand((), generator=g)) - 3)
+                 * torch.randn(p.shape, generator=g, dtype=dtype) for p in params]
+        max_norm = 0.0 if index == 6 else round(10 * float(torch.rand((), generator=g)), 3)
+        problem = _Gradients(f"random problem {index + 1}: {len(params)} {dtype} parameters", params,
+                             grads, max_norm, as_one_tensor=len(params) == 1 and index % 3 == 0)
+        cases.append(Case(problem.description, (problem,)))
+    return cases
+
+
+def _clip_variant(*, norm="global", clamp=True, returns="before", skip_none=True):
+    """clip_grad_norm with one classic mistake."""
+    def clip(parameters, max_norm):
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        grads = [p.grad for p in params if p.grad is not None or not skip_none]
+        if not grads:
+            return torch.tensor(0.0)
+        norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
+        total = {"global": torch.linalg.vector_norm(norms), "sum": norms.sum(),
+                 "squared": norms.square().sum()}.get(norm, torch.linalg.vector_norm(norms))
+        for g, own in zip(grads, norms):
+            scale = max_norm / ((own if norm == "each" else total) + 1e-6)
+            g.mul_(torch.clamp(scale, max=1.0) if clamp else scale)
+        if returns == "after":
+            return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        return total
+    return clip
+
+
+register(Exercise(
+    name="clip_grad_norm",
+    reference=clip_grad_norm,
+    make_cases=_clip_cases,
+    random_cases=_clip_random_cases,
+    run=_clip_run,
+    output_names=("the returned norm", "the gradients", "the parameters"),
+    float64_reference=False,  # the run builds its tensors from the problem: a float64 copy is the same run
+    mistakes=[
+        Mistake("each parameter clipped on its own norm",
+                "one norm for all: sqrt of the sum of every squared gradient entry of every parameter, "
+                "and one factor max_norm / (norm + 1e-6) for all gradients, so their direction is kept",
+                _clip_variant(norm="each")),
+        Mistake("clips even when the norm is below max_norm (scales up)",
+                "clip only shrinks: scale = min(1, max_norm / (norm + 1e-6)) (torch.clamp(..., max=1.0))",
+                _clip_variant(clamp=False)),
+        Mistake("returns the norm after clipping",
+                "return the norm measured before scaling: it is what you log to see gradient spikes",
+                _clip_variant(returns="after")),
+        Mistake("sum of norms instead of the global L2 norm",
+                "the global norm is sqrt(sum of the squared per-parameter norms), not their sum",
+                _clip_variant(norm="sum")),
+        Mistake("squared norm (no square root)",
+                "the L2 norm is the square root of the sum of squares",
+                _clip_variant(norm="squared")),
+        Mistake("crash on a parameter whose grad is None",
+                "skip parameters without a gradient: keep only the p.grad that are not None",
+                _clip_variant(skip_none=False)),
+    ],
+))
+
+
+# ---- learning-rate schedules ------------------------------------------------------------------
+
+@dataclass(eq=False)
+class _Steps:
+    """The steps to ask the schedule for, and its other arguments (after `step`)."""
+    description: str
+    steps: tuple
+    arguments: tuple
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self) -> str:
+        shown = ", ".join(map(str, self.steps[:6])) + (", ..." if len(self.steps) > 6 else "")
+        return f"steps ({shown}), other arguments {self.arguments}"
+
+
+def _schedule_run(fn, case: Case):
+    """-> {step: the learning rate fn returns for it}, or None when every call returned None."""
+    schedule = case.args[0]
+    rates = {step: fn(step, *schedule.arguments) for step in schedule.steps}
+    return None if all(rate is None for rate in rates.values()) else rates
+
+
+def _steps_around(g: torch.Generator, warmup: int, last: int) -> tuple:
+    """1, 2, the steps around the end of the warm-up, a few random ones, and `last`."""
+    picks = {1, 2, max(1, warmup - 1), warmup, warmup + 1, warmup + 2, last}
+    picks |= {int(s) for s in torch.randint(1, last + 1, (6,), generator=g)}
+    return tuple(sorted(picks))
+
+
+def _inverse_sqrt_cases() -> list[Case]:
+    return [Case("step 0, before the first step", (_Steps("step 0", (0,), (512, 4000, 1.0)),)),
+            Case("the paper: d_model 512, 4000 warm-up steps",
+                 (_Steps("paper", (1, 2, 100, 3999, 4000, 4001, 4002, 20000, 100000), (512, 4000, 1.0)),)),
+            Case("every step from 1 to 30, warm-up 7", (_Steps("small", tuple(range(1, 31)), (16, 7, 1.0)),)),
+            Case("factor 2, warm-up of one step", (_Steps("factor", tuple(range(1, 12)), (33, 1, 2.0)),))]
+
+
+def _inverse_sqrt_random_cases(seed: int) -> list[Case]:
+    g = torch.Generator().manual_seed(930 + seed)
+    cases = []
+    for index in range(6):
+        d_model, warmup = int(torch.randint(1, 1025, (), generator=g)), int(torch.randint(1, 5001, (), generator=g))
+        factor = round(0.1 + 3 * float(torch.rand((), generator=g)), 3)
+        steps = (0,) if index == 0 else _steps_around(g, warmup, 3 * warmup + 10)
+        cases.append(Case(f"random schedule {index + 1}",
+                          (_Steps(f"random {index + 1}", steps, (d_model, warmup, factor)),)))
+    return cases
+
+
+def _inverse_sqrt_variant(*, guard=True, shift=0, warm_shift=0, d_power=-0.5, w_power=-1.5,
+                          pick=min, use_factor=True, step0_as_1=False):
+    """warmup_inverse_sqrt_lr with one classic mistake."""
+    def schedule(step, d_model, warmup_steps, factor=1.0):
+        if step == 0 and step0_as_1:
+            step = 1
+        if step == 0 and guard:
+            return 0.0
+        s = step + shift
+        scale = (factor if use_factor else 1.0) * d_model ** d_power
+        return scale * pick(s ** -0.5, (s + warm_shift) * warmup_steps ** w_power)
+    return schedule
+
+
+register(Exercise(
+    name="warmup_inverse_sqrt_lr",
+    reference=warmup_inverse_sqrt_lr,
+    make_cases=_inverse_sqrt_cases,
+    random_cases=_inverse_sqrt_random_cases,
+    run=_schedule_run,
+    float64_reference=False,  # plain Python floats
+    atol=1e-12, rtol=1e-9,    # learning rates near 1e-4: the engine's usual 1e-5 would hide them
+    mistakes=[
+        Mistake("step 0 divides by zero",
+                "0 ** -0.5 is a division by zero: return 0.0 for step 0 (LambdaLR asks for it "
+                "before the first step)",
+                _inverse_sqrt_variant(guard=False)),
+        Mistake("step 0 treated as step 1",
+                "before the first step no step has been taken: step 0 gives 0.0",
+                _inverse_sqrt_variant(step0_as_1=True)),
+        Mistake("warm-up off by one (steps counted from 0, or the peak at warmup + 1)",
+                "steps are counted from 1 and the peak is at step == warmup_steps, where "
+                "step ** -0.5 == step * warmup_steps ** -1.5",
+                _inverse_sqrt_variant(shift=1, guard=False),
+                also=(_inverse_sqrt_variant(shift=1), _inverse_sqrt_variant(warm_shift=-1))),
+        Mistake("d_model ** 0.5 instead of d_model ** -0.5",
+                "a larger model takes smaller steps: multiply by d_model ** -0.5 (1 / sqrt(d_model))",
+                _inverse_sqrt_variant(d_power=0.5)),
+        Mistake("warmup_steps ** -0.5 in the warm-up term (no warm-up left)",
+                "the warm-up term is step * warmup_steps ** -1.5, which equals step ** -0.5 at step "
+                "== warmup_steps",
+                _inverse_sqrt_variant(w_power=-0.5)),
+        Mistake("max instead of min",
+                "take the smaller of the two terms: the linear warm-up until warmup_steps, then 1 / sqrt(step)",
+                _inverse_sqrt_variant(pick=max)),
+        Mistake("factor ignored",
+                "multiply the whole schedule by factor",
+                _inverse_sqrt_variant(use_factor=False)),
+    ],
+))
+
+
+def _cosine_cases() -> list[Case]:
+    return [Case("train's schedule: 400 steps, 40 of warm-up, down to a tenth",
+                 (_Steps("train", tuple(range(0, 401, 1)), (3e-3, 40, 400, 0.1)),)),
+            Case("every step from 0 to 25, warm-up 5, down to a quarter",
+                 (_Steps("small", tuple(range(0, 26)), (1.0, 5, 20, 0.25)),)),
+            Case("warm-up of one step, down to 0", (_Steps("to zero", tuple(range(0, 12)), (0.5, 1, 10, 0.0)),)),
+            Case("the warm-up ends one step before total_steps",
+                 (_Steps("short decay", tuple(range(0, 13)), (0.1, 9, 10, 0.1)),)),
+            Case("the warm-up takes every step; asked beyond total_steps",
+                 (_Steps("no decay", tuple(range(0, 9)), (0.2, 5, 5, 0.1)),))]
+
+
+def _cosine_random_cases(seed: int) -> list[Case]:
+    g = torch.Generator().manual_seed(940 + seed)
+    cases = []
+    for index in range(6):
+        total = int(torch.randint(1, 500, (), generator=g))
+        warmup = total if index == 4 else int(torch.randint(1, total + 1, (), generator=g))
+        peak = round(10 ** (-4 + 4 * float(torch.rand((), generator=g))), 6)
+        final = 0.0 if index == 3 else round(float(torch.rand((), generator=g)), 3)
+        steps = (0,) + _steps_around(g, warmup, total + 5)
+        cases.append(Case(f"random schedule {index + 1}",
+                          (_Steps(f"random {index + 1}", steps, (peak, warmup, total, final)),)))
+    return cases
+
+
+def _cosine_variant(*, late_warmup=False, progress_from_zero=False, to_zero=False, angle=math.pi,
+                    clamped=True, unscaled_floor=False):
+    """warmup_cosine_lr with one classic mistake."""
+    def schedule(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+        if step <= warmup_steps:
+            return peak_lr * step / (warmup_steps + 1 if late_warmup else warmup_steps)
+        start = 0 if progress_from_zero else warmup_steps
+        progress = (step - start) / max(1, total_steps - start)
+        progress = min(1.0, progress) if clamped else progress
+        cosine = 0.5 * (1 + math.cos(angle * progress))
+        floor = 0.0 if to_zero else final_fraction
+        return peak_lr * (floor + (1.0 if unscaled_floor else 1 - floor) * cosine)
+    return schedule
+
+
+register(Exercise(
+    name="warmup_cosine_lr",
+    reference=warmup_cosine_lr,
+    make_cases=_cosine_cases,
+    random_cases=_cosine_random_cases,
+    run=_schedule_run,
+    float64_reference=False,  # plain Python floats
+    atol=1e-12, rtol=1e-9,
+    mistakes=[
+        Mistake("decays to 0 instead of final_fraction * peak_lr",
+                "the cosine runs from 1 to 0 and must land on final_fraction: "
+                "peak_lr * (final_fraction + (1 - final_fraction) * cosine)",
+                _cosine_variant(to_zero=True)),
+        Mistake("final_fraction added without shrinking the cosine (starts above the peak)",
+                "scale the cosine part by (1 - final_fraction), so that the decay starts at peak_lr",
+                _cosine_variant(unscaled_floor=True)),
+        Mistake("warm-up off by one (the peak one step late)",
+                "the warm-up reaches peak_lr at step == warmup_steps: peak_lr * step / warmup_steps",
+                _cosine_variant(late_warmup=True)),
+        Mistake("the cosine's progress counted from step 0, not from the end of the warm-up",
+                "progress = (step - warmup_steps) / (total_steps - warmup_steps): 0 when the decay "
+                "starts, 1 at total_steps",
+                _cosine_variant(progress_from_zero=True)),
+        Mistake("cosine without pi (it never reaches the bottom)",
+                "half a period from 1 to 0: 0.5 * (1 + cos(pi * progress))",
+                _cosine_variant(angle=1.0)),
+        Mistake("a full cosine period (the rate rises again to the peak)",
+                "half a period from 1 to 0: cos(pi * progress), not cos(2 pi progress)",
+                _cosine_variant(angle=2 * math.pi)),
+        Mistake("not held after total_steps (the cosine comes back up)",
+                "clamp the progress at 1: after total_steps the rate stays at final_fraction * peak_lr",
+                _cosine_variant(clamped=False)),
     ],
 ))

@@ -247,3 +247,123 @@ class SaturationExplorer(Explorer):
 def saturation_explorer(sweep: dict, tokens, sample: int = 0, **kwargs) -> SaturationExplorer:
     """Build the explorer; display `.widget` in the notebook."""
     return SaturationExplorer(sweep, tokens, sample=sample, **kwargs)
+
+
+# ---- the cost of attention (section 9) --------------------------------------------------------
+
+#: Okabe-Ito colours, told apart with any colour vision: tfmlib, PyTorch's fused kernel, guides.
+TFMLIB_COLOR, FUSED_COLOR, GUIDE_COLOR = "#D55E00", "#0072B2", "#666666"
+
+
+def format_bytes(count: int) -> str:
+    """4096 -> '4 KiB', 8 * 2**30 -> '8 GiB': binary units, at most one decimal."""
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if count >= size:
+            return f"{count / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{count} B"
+
+
+def fused_block_bytes(length: int, d_k: int, bytes_per_number: int = 4) -> int:
+    """Scratch memory of one thread of PyTorch's fused CPU attention kernel, in float32.
+
+    `_scaled_dot_product_flash_attention_for_cpu` (aten/src/ATen/native/cpu/
+    FlashAttentionKernel.cpp) takes the queries in blocks of 32, 64 or 256 rows (256 from
+    L = 768 on) and the keys in blocks of up to 512, and keeps per thread only one block of
+    scores, a running max and sum per query row, and the block's partial output. The test
+    of this function checks the formula against the allocation the profiler sees.
+    """
+    q_block = 256 if length >= 768 else 64 if length >= 192 else 32
+    q_block, kv_block = min(q_block, length), min(512, length)
+    numbers = q_block * kv_block + 2 * q_block + q_block * d_k   # scores, max, sum, output
+    return numbers * bytes_per_number
+
+
+def _best_time(fn, repeats: int) -> float:
+    fn()  # the first call pays for allocations and caches: not counted
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)  # the least disturbed run: other programs only ever add time
+
+
+def time_attention(lengths=(64, 128, 256, 512, 1024), batch: int = 1, heads: int = 8,
+                   d_k: int = 64, repeats: int = 3, seed: int = 0) -> dict:
+    """Best-of-`repeats` seconds of one forward call of tfmlib's scaled_dot_product_attention
+    and of F.scaled_dot_product_attention on random (batch, heads, L, d_k) float32 inputs.
+
+    Runs on one thread (restored afterwards), so the two share the CPU the same way and
+    other work on the machine disturbs them less. -> {"length": [...], "tfmlib": [...],
+    "torch": [...], "weights_bytes": [...]}, the last from the weights tfmlib returned.
+    """
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(seed)
+    result = {"length": list(lengths), "tfmlib": [], "torch": [], "weights_bytes": []}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for length in lengths:
+            q, k, v = (torch.randn(batch, heads, length, d_k, generator=g) for _ in range(3))
+            result["tfmlib"].append(_best_time(lambda: scaled_dot_product_attention(q, k, v), repeats))
+            result["torch"].append(_best_time(lambda: F.scaled_dot_product_attention(q, k, v), repeats))
+            result["weights_bytes"].append(scaled_dot_product_attention(q, k, v)[1].nbytes)
+    finally:
+        torch.set_num_threads(threads)
+    result.update(batch=batch, heads=heads, d_k=d_k)
+    return result
+
+
+def _length_axis(ax, lengths) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, labels=[f"{n // 1024}k" if n >= 1024 else str(n) for n in lengths])
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length L")
+    ax.grid(alpha=0.3)
+
+
+def plot_attention_cost(timings: dict, longest: int = 16384, figsize=(8.6, 3.8)):
+    """Left: measured time against L, tfmlib and F.sdpa, with an L² guide. Right: the bytes
+    that grow with L, tfmlib's (B, H, L, L) weights against the fused kernel's block."""
+    batch, heads, d_k = timings["batch"], timings["heads"], timings["d_k"]
+    measured = np.array(timings["length"])
+    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
+
+    ours, theirs = 1e3 * np.array(timings["tfmlib"]), 1e3 * np.array(timings["torch"])
+    ax_time.plot(measured, ours, "o-", color=TFMLIB_COLOR, label="tfmlib")
+    ax_time.plot(measured, theirs, "s-", color=FUSED_COLOR, label="F.scaled_dot_product_attention")
+    guide = ours[-1] * (measured / measured[-1]) ** 2
+    ax_time.plot(measured, guide, "--", color=GUIDE_COLOR, lw=1, label="grows like L²")
+    ax_time.set_yscale("log")
+    low, high = ax_time.get_ylim()
+    ticks = [t for t in (0.01, 0.1, 1, 10, 100, 1000, 10000) if low <= t <= high]
+    ax_time.set_yticks(ticks, labels=[f"{t:g}" for t in ticks])
+    ax_time.minorticks_off()
+    ax_time.set_ylabel("time of one call (ms, best of a few)")
+    ax_time.set_title(f"time, B={batch} H={heads} d_k={d_k}, one thread", fontsize=10)
+    _length_axis(ax_time, measured)
+    ax_time.legend(loc="upper left", fontsize=9)
+
+    lengths = 2 ** np.arange(int(np.log2(measured[0])), int(np.log2(longest)) + 1)
+    ax_mem.plot(lengths, batch * heads * lengths ** 2 * 4.0, "-", color=TFMLIB_COLOR,
+                label="tfmlib: weights (B, H, L, L)")
+    ax_mem.plot(measured, timings["weights_bytes"], "o", color=TFMLIB_COLOR)   # the real tensors
+    largest = batch * heads * longest ** 2 * 4
+    ax_mem.annotate(format_bytes(largest), (longest, largest), xytext=(-2, 6),
+                    textcoords="offset points", ha="right", va="bottom", color=TFMLIB_COLOR)
+    ax_mem.plot(lengths, [fused_block_bytes(int(n), d_k) for n in lengths], "s-", ms=4,
+                color=FUSED_COLOR, label="fused kernel: one block per thread")
+    ax_mem.plot(lengths, batch * heads * lengths * d_k * 4.0, "--", color=GUIDE_COLOR, lw=1,
+                label="Q, K, V or context (B, H, L, d_k)")
+    ticks = [2 ** (10 + 4 * i) for i in range(6)]                  # 1 KiB, 16 KiB, ..., 1 TiB
+    ticks = [t for t in ticks if 2 ** 12 <= t <= 2 ** 36]
+    ax_mem.set_yscale("log")
+    ax_mem.set_ylim(top=16 * largest)   # room above the last point for its label
+    ax_mem.set_yticks(ticks, labels=[format_bytes(t) for t in ticks])
+    ax_mem.minorticks_off()
+    ax_mem.set_ylabel("bytes (float32)")
+    ax_mem.set_title("memory that grows with L", fontsize=10)
+    _length_axis(ax_mem, lengths[::2])
+    ax_mem.legend(loc="upper left", fontsize=9)
+    return fig

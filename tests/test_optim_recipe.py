@@ -321,3 +321,18 @@ def test_papers_peak_for_d_model_512():
     assert warmup_inverse_sqrt_lr(4000, 512, 4000) == pytest.approx(1 / math.sqrt(512 * 4000))
     assert warmup_inverse_sqrt_lr(4000, 512, 4000) > warmup_inverse_sqrt_lr(3999, 512, 4000)
     assert warmup_inverse_sqrt_lr(4000, 512, 4000) > warmup_inverse_sqrt_lr(4001, 512, 4000)
+
+
+def test_plot_schedules_draws_both_schedules_with_their_peaks():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tfmlib.viz import adam as adam_viz
+    fig = adam_viz.plot_schedules(d_model=64, warmup_steps=100, paper_steps=1000, peak_lr=1e-2, train_steps=50)
+    paper, cosine = fig.axes
+    x, y = paper.lines[0].get_data()
+    assert x[y.argmax()] == 100 and y.max() == pytest.approx(warmup_inverse_sqrt_lr(100, 64, 100))
+    x, y = cosine.lines[0].get_data()
+    assert x[y.argmax()] == 5 and y.max() == pytest.approx(1e-2) and y[-1] == pytest.approx(1e-3)
+    assert all(ax.get_xlabel() == "step" for ax in fig.axes) and paper.get_ylabel() == "learning rate"
+    plt.close(fig)

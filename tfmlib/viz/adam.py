@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from ..adam import adam_init, adam_step, sgd_step, zero_grad
+from ..adam import (adam_init, adam_step, sgd_step, warmup_cosine_lr, warmup_inverse_sqrt_lr,
+                    zero_grad)
 from .common import Explorer
 
 START = (-4.0, 1.5)
@@ -151,5 +152,37 @@ def plot_bias_correction(steps, m, m_hat, v, v_hat, gradient: float):
         ax.set_ylim(0, abs(gradient) * 1.25)
         ax.legend(fontsize=8, loc=place)
     left.set_ylabel("value")
+    fig.tight_layout()
+    return fig
+
+
+def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: int = 40000,
+                   peak_lr: float = 3e-3, train_steps: int = 400):
+    """Two panels, learning rate against step: the paper's warmup_inverse_sqrt_lr, and the
+    warmup_cosine_lr that tfmlib.training.train uses (a tenth of the steps to warm up)."""
+    fig, (paper, cosine) = plt.subplots(1, 2, figsize=(10, 3.4))
+    steps = np.union1d(np.arange(0, paper_steps + 1, max(1, paper_steps // 2000)), [warmup_steps])
+    paper.plot(steps, [warmup_inverse_sqrt_lr(int(s), d_model, warmup_steps) for s in steps],
+               color="tab:blue")
+    peak = warmup_inverse_sqrt_lr(warmup_steps, d_model, warmup_steps)
+    paper.axvline(warmup_steps, color="0.5", linestyle="--", linewidth=1)
+    paper.annotate(f"peak {peak:.2e}\nat step {warmup_steps}", (warmup_steps, peak),
+                   xytext=(warmup_steps + paper_steps * 0.08, peak * 0.8), fontsize=9,
+                   arrowprops={"arrowstyle": "->", "color": "0.3"})
+    paper.set_title(f"the paper: d_model={d_model}, warm-up {warmup_steps} steps")
+    paper.set_ylabel("learning rate")
+
+    warmup = max(1, train_steps // 10)
+    steps = np.arange(train_steps + 1)
+    cosine.plot(steps, [warmup_cosine_lr(int(s), peak_lr, warmup, train_steps) for s in steps],
+                color="tab:orange")
+    cosine.axvline(warmup, color="0.5", linestyle="--", linewidth=1)
+    cosine.axhline(0.1 * peak_lr, color="0.5", linestyle=":", linewidth=1)
+    cosine.set_title(f"train(): warm-up {warmup} steps, cosine to a tenth")
+    for ax in (paper, cosine):
+        ax.set_xlabel("step")
+        ax.set_ylim(bottom=0)
+        ax.set_xlim(0, steps[-1] if ax is cosine else paper_steps)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     fig.tight_layout()
     return fig

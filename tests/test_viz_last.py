@@ -197,3 +197,49 @@ def test_training_figures(tiny_model):
         assert fig.axes
         matplotlib.pyplot.close(fig)
     assert tr_viz.tokens(torch.tensor([1, 4, 2])) == ["<bos>", "0", "<eos>"]
+
+
+# ---- notebook 10's experiments lab --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lab_results():
+    """Made-up records with run_all's layout: 3 experiments x 2 seeds, no training needed."""
+    g = torch.Generator().manual_seed(0)
+    results = {}
+    for i, name in enumerate(["baseline", "no positions", "1 head"]):
+        for seed in (0, 1):
+            loss = (3.0 * torch.rand(40, generator=g) + 0.1 * (i + 1)).tolist()
+            results[name, seed] = {"name": name, "seed": seed, "step": list(range(1, 41)),
+                                   "loss": loss, "eval_step": [20, 40],
+                                   "exact_match": torch.rand(2, generator=g).tolist()}
+    return results
+
+
+def test_plot_experiments_draws_every_seed_of_every_experiment(lab_results):
+    fig = tr_viz.plot_experiments(lab_results, ["baseline", "1 head"])
+    loss_ax, match_ax = fig.axes
+    assert len(loss_ax.get_lines()) == len(match_ax.get_lines()) == 4
+    np.testing.assert_array_equal(loss_ax.get_lines()[2].get_ydata(), lab_results["1 head", 0]["loss"])
+    labels = [t.get_text() for t in match_ax.get_legend().get_texts()]
+    assert labels == ["baseline", "1 head", "seed 0", "seed 1"]
+    matplotlib.pyplot.close(fig)
+
+
+def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):
+    names = ["baseline", "no positions", "1 head"]
+    explorer = tr_viz.ExperimentOverlay(lab_results, names, selected=("baseline",))
+    limits = explorer.loss_ax.get_ylim()
+    picture = explorer.png()
+    explorer.update(names=("1 head", "baseline"))
+    for name in names:
+        for loss_line, match_line in explorer.lines[name]:
+            assert loss_line.get_visible() == match_line.get_visible() == (name != "no positions")
+    first = explorer.lines["1 head"][0][0].get_color()
+    assert first == tr_viz.EXPERIMENT_COLORS[0]                  # colours follow the choice's order
+    assert explorer.lines["baseline"][1][1].get_color() == tr_viz.EXPERIMENT_COLORS[1]
+    assert [t.get_text() for t in explorer.legend.get_texts()] == ["1 head", "baseline", "seed 0", "seed 1"]
+    assert explorer.loss_ax.get_ylim() == limits                 # fixed axes: a fast redraw
+    assert explorer.png() != picture and explorer.png()[:4] == b"\x89PNG"
+    explorer.choice.value = ("no positions",)                    # a learner's click redraws too
+    assert explorer.lines["no positions"][0][0].get_visible()
+    assert not explorer.lines["baseline"][0][0].get_visible()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -98,6 +98,11 @@ class ModelConfig:
     max_len: int = 32
     norm_first: bool = True
     dropout_p: float = 0.0
+    # Switches for the experiments lab, kept out of the repr (the lab prints what it changes):
+    # add the sinusoidal positions to the embeddings (False: the model is order-blind) ...
+    positional: bool = field(default=True, repr=False)
+    # ... and divide the attention scores by sqrt(d_k) (False: softmax(Q K^T) V).
+    scale_scores: bool = field(default=True, repr=False)
 
 
 MODEL_KEYS = ("embedding", "encoder", "decoder", "encoder_norm", "decoder_norm", "out_bias")
@@ -151,6 +156,8 @@ def _positional_table(max_len: int, d_model: int, dtype: torch.dtype, device: to
 def embed_with_positions(params: dict, ids: torch.Tensor, config: ModelConfig) -> torch.Tensor:
     """ids (B, L) -> token vectors plus sinusoidal positions (B, L, D); source and target alike."""
     table = params["embedding"]                                               # (V, D)
+    if not config.positional:
+        return embed(ids, table)
     pe = positional_table(config.max_len, config.d_model, table.dtype, table.device)
     return add_positional_encoding(embed(ids, table), pe)
 
@@ -159,7 +166,7 @@ def encode_source(params: dict, src: torch.Tensor, config: ModelConfig, training
     """src ids (B, Ls) -> memory (B, Ls, D), and the source padding mask (B, 1, 1, Ls)."""
     x = embed_with_positions(params, src, config)                             # (B, Ls, D)
     src_mask = padding_mask(src, PAD_ID)                                      # (B, 1, 1, Ls)
-    memory = encoder(x, params["encoder"], config.num_heads, src_mask,
+    memory = encoder(x, attention_layers(params, "encoder", config), config.num_heads, src_mask,
                      final_norm=params["encoder_norm"], **_options(config, training))
     return memory, src_mask
 
@@ -168,7 +175,7 @@ def decode_target(params: dict, tgt_in: torch.Tensor, memory: torch.Tensor,
                   src_mask: torch.Tensor, config: ModelConfig, training: bool = False):
     """tgt_in ids (B, Lt), memory (B, Ls, D) -> logits (B, Lt, V)."""
     y = embed_with_positions(params, tgt_in, config)                          # (B, Lt, D)
-    hidden = decoder(y, memory, params["decoder"], config.num_heads,
+    hidden = decoder(y, memory, attention_layers(params, "decoder", config), config.num_heads,
                      self_mask=target_mask(tgt_in, PAD_ID), memory_mask=src_mask,
                      final_norm=params["decoder_norm"], **_options(config, training))
     return linear(hidden, params["embedding"], params["out_bias"])  # tied weights: (B, Lt, V)
@@ -195,13 +202,37 @@ def attention_maps(params: dict, src: torch.Tensor, tgt_in: torch.Tensor,
     memory, src_mask = encode_source(params, src, config)                     # (B, Ls, D), (B, 1, 1, Ls)
     x = embed_with_positions(params, src, config)                             # (B, Ls, D)
     y = embed_with_positions(params, tgt_in, config)                          # (B, Lt, D)
-    encoder_weights = stack_attention_weights(x, params["encoder"], config.num_heads, src_mask,
+    encoder_weights = stack_attention_weights(x, attention_layers(params, "encoder", config),
+                                              config.num_heads, src_mask,
                                               norm_first=config.norm_first)
-    decoder_weights = stack_attention_weights(y, params["decoder"], config.num_heads,
+    decoder_weights = stack_attention_weights(y, attention_layers(params, "decoder", config),
+                                              config.num_heads,
                                               target_mask(tgt_in, PAD_ID), memory=memory,
                                               memory_mask=src_mask, norm_first=config.norm_first)
     return {"encoder": encoder_weights["self_attn"], "decoder_self": decoder_weights["self_attn"],
             "decoder_cross": decoder_weights["cross_attn"]}
+
+
+def attention_layers(params: dict, stack: str, config: ModelConfig) -> list[dict]:
+    """The layer params of `stack` ("encoder" or "decoder") as the model's attentions use them.
+
+    With config.scale_scores off, every query projection (w_q and b_q) is multiplied by
+    sqrt(d_k) here, in the forward pass: then Q' K^T / sqrt(d_k) = Q K^T, the scores without
+    the scaling, as a function of the same leaf tensors (so the same gradients reach them).
+    This, rather than a `scale` argument threaded through attention, multi-head attention and
+    both stacks, leaves those reference functions (and their exercises) as notebooks 05-08 teach them.
+    """
+    layers = params[stack]
+    if config.scale_scores:
+        return layers
+    factor = math.sqrt(config.d_model // config.num_heads)                    # sqrt(d_k)
+    return [{key: _unscaled(value, factor) if key in ("self_attn", "cross_attn") else value
+             for key, value in layer.items()} for layer in layers]
+
+
+def _unscaled(attn: dict, factor: float) -> dict:
+    b_q = attn.get("b_q")
+    return {**attn, "w_q": attn["w_q"] * factor, "b_q": None if b_q is None else b_q * factor}
 
 
 def _check_forward_inputs(params, src, tgt_in, config) -> None:
@@ -275,8 +306,14 @@ def _check_label_smoothing_inputs(logits, labels, smoothing, ignore_index) -> No
 
 def train(config: ModelConfig = ModelConfig(), task: str = "reverse", steps: int = 400,
           batch_size: int = 64, lr: float = 3e-3, min_len: int = 3, max_len: int = 8,
-          seed: int = 0, eval_every: int = 50, eval_size: int = 200) -> tuple[dict, dict]:
-    """Train with adam_step; -> (params, history of step, loss, held-out exact match)."""
+          seed: int = 0, eval_every: int = 50, eval_size: int = 200, warmup: bool = True,
+          label_smoothing: float = 0.0) -> tuple[dict, dict]:
+    """Train with adam_step; -> (params, history of step, loss, held-out exact match).
+
+    warmup=False starts at the peak lr (the cosine decay only); label_smoothing > 0 trains on
+    label_smoothed_cross_entropy instead of sequence_loss (the loss in the history is then the
+    smoothed one). Both exist for the experiments lab.
+    """
     generator = torch.Generator().manual_seed(seed)
     params = init_model(config, generator)
     weights = parameters(params)
@@ -287,10 +324,13 @@ def train(config: ModelConfig = ModelConfig(), task: str = "reverse", steps: int
     for step in range(1, steps + 1):
         src, tgt = make_batch(task, batch_size, min_len, max_len, False, generator)
         tgt_in, labels = shift_right(tgt)
-        loss = sequence_loss(forward(params, src, tgt_in, config, training=True), labels)
+        logits = forward(params, src, tgt_in, config, training=True)          # (B, Lt, V)
+        loss = (label_smoothed_cross_entropy(logits, labels, label_smoothing, PAD_ID)
+                if label_smoothing else sequence_loss(logits, labels))
         zero_grad(weights)
         loss.backward()
-        adam_step(weights, state, lr=warmup_cosine_lr(step, lr, max(1, steps // 10), steps))
+        warmup_steps = max(1, steps // 10) if warmup else 1  # 1: the first step is at the peak
+        adam_step(weights, state, lr=warmup_cosine_lr(step, lr, warmup_steps, steps))
         history["step"].append(step)
         history["loss"].append(loss.item())
         if step % eval_every == 0 or step == steps:

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ..tokenization import decode, invert_vocab
 from ..training import VOCAB, attention_maps, digits_to_ids, greedy_decode
@@ -167,3 +168,121 @@ class ReverseExplorer(Explorer):
                              f"({verdict}; the model was trained on 3 to 8 digits)")
         _draw_map(self.ax, self.image, source, output, cross, self.head.value)
         self._show(start, background=(tuple(source), tuple(output)))
+
+
+# ---- the experiments lab ------------------------------------------------------------------------
+
+#: Okabe and Ito's colour-blind-safe palette, one colour per experiment of a figure.
+EXPERIMENT_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000")
+#: One line style per seed: seed 0 solid, seed 1 dashed, ...
+SEED_STYLES = ("-", "--", ":", "-.")
+
+
+def _lab_axes(fig):
+    """The two panels of every lab figure: training loss per step, held-out exact match."""
+    loss_ax, match_ax = fig.subplots(1, 2)
+    loss_ax.set_yscale("log")
+    loss_ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))          # 0.5, 1, 2, 5, ...
+    loss_ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # not 5x10^-1
+    loss_ax.yaxis.set_minor_formatter(NullFormatter())
+    loss_ax.set_xlabel("training step")
+    loss_ax.set_ylabel("training loss (log scale)")
+    loss_ax.set_title("training loss")
+    match_ax.set_ylim(-0.02, 1.02)
+    match_ax.set_xlabel("training step")
+    match_ax.set_ylabel("exact match (fraction)")
+    match_ax.set_title("held-out sequences answered exactly right")
+    return loss_ax, match_ax
+
+
+def _record_lines(loss_ax, match_ax, record: dict, color: str, style: str):
+    """Draw one run (an experiment on one seed) -> its (loss line, exact-match line)."""
+    loss_line, = loss_ax.plot(record["step"], record["loss"], style, color=color, linewidth=1)
+    match_line, = match_ax.plot(record["eval_step"], record["exact_match"], style, marker="o",
+                                markersize=4, color=color, linewidth=1.5)
+    return loss_line, match_line
+
+
+def _lab_legend(ax, names, seeds):
+    """Colour = experiment, line style = seed: one entry each, not one per line."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=EXPERIMENT_COLORS[i % len(EXPERIMENT_COLORS)], linewidth=2,
+                      label=name) for i, name in enumerate(names)]
+    handles += [Line2D([], [], color="0.4", linestyle=SEED_STYLES[i % len(SEED_STYLES)],
+                       label=f"seed {seed}") for i, seed in enumerate(seeds)]
+    return ax.legend(handles=handles, fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                     borderaxespad=0)
+
+
+def lab_seeds(results: dict) -> list[int]:
+    """The seeds of a run_all result {(name, seed): record}, in order."""
+    return sorted({seed for _, seed in results})
+
+
+def plot_experiments(results: dict, names):
+    """Learning curves of the experiments `names` from run_all's results, every seed drawn:
+    loss per step (left) and held-out exact match (right); colour = experiment, style = seed."""
+    seeds = lab_seeds(results)
+    fig = plt.figure(figsize=(11, 3.4), layout="constrained")
+    loss_ax, match_ax = _lab_axes(fig)
+    for i, name in enumerate(names):
+        for j, seed in enumerate(seeds):
+            _record_lines(loss_ax, match_ax, results[name, seed],
+                          EXPERIMENT_COLORS[i % len(EXPERIMENT_COLORS)], SEED_STYLES[j % len(SEED_STYLES)])
+    _lab_legend(match_ax, names, seeds)
+    return fig
+
+
+class ExperimentOverlay(Explorer):
+    """Pick experiments -> their learning curves overlaid, from results already computed.
+
+    No training on a click: every line of every run is drawn once when the widget is built;
+    `update(names=...)` only shows the chosen ones (colours follow the order of the choice)
+    and makes a new legend. The axes keep the limits of all runs, so their tick labels, the
+    slow part of a draw, stay in the cached background (see `Frames`). `lines[name]` holds
+    the (loss, exact-match) lines of each seed of experiment `name`.
+
+    Give it experiments whose losses compare: the regressor's MSE is not a cross-entropy.
+    """
+
+    def __init__(self, results: dict, names, selected=("baseline", "no positions")):
+        import ipywidgets as widgets
+
+        self.seeds = lab_seeds(results)
+        self.choice = widgets.SelectMultiple(options=list(names), value=tuple(selected),
+                                             rows=min(len(names), 12), description="overlay",
+                                             layout=widgets.Layout(width="320px"))
+        fig = Figure(figsize=(11, 3.4))  # outside pyplot: the inline backend never shows it
+        self.loss_ax, self.match_ax = _lab_axes(fig)
+        fig.subplots_adjust(left=0.07, right=0.80, bottom=0.16, top=0.90, wspace=0.28)
+        self.lines = {name: [_record_lines(self.loss_ax, self.match_ax, results[name, seed],
+                                           EXPERIMENT_COLORS[0], SEED_STYLES[j % len(SEED_STYLES)])
+                             for j, seed in enumerate(self.seeds)] for name in names}
+        # The background is drawn once, with an empty legend: transparency hides a legend's
+        # frame, not its texts. Every update paints the chosen lines and their legend over it.
+        self.legend = self.match_ax.legend(handles=[])
+        self.legend.set_visible(False)
+        moving = [line for runs in self.lines.values() for pair in runs for line in pair]
+        self.hint = widgets.HTML("Ctrl-click (Cmd-click on a Mac) picks several experiments.")
+        self._build(fig, moving + [self.legend], [self.choice],
+                    [widgets.HBox([self.choice, self.hint])])
+        self.frames.png(background="all runs")
+        self.update()
+
+    def update(self, names=None) -> None:
+        """Show the experiments `names` (None keeps the current choice)."""
+        start = time.perf_counter()
+        self._set_controls((self.choice, None if names is None else tuple(names)))
+        chosen = list(self.choice.value)
+        for name, runs in self.lines.items():
+            shown = name in chosen
+            for pair in runs:
+                for line in pair:
+                    line.set_visible(shown)
+                    if shown:
+                        line.set_color(EXPERIMENT_COLORS[chosen.index(name) % len(EXPERIMENT_COLORS)])
+        legend = _lab_legend(self.match_ax, chosen, self.seeds)
+        moving = self.frames.moving
+        moving[moving.index(self.legend)] = self.legend = legend  # the new legend moves instead
+        self._show(start, background="all runs")

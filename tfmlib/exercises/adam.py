@@ -849,8 +849,9 @@ register(Exercise(
                 "0 ** -0.5 is a division by zero: return 0.0 for step 0 (LambdaLR asks for it "
                 "before the first step)",
                 _inverse_sqrt_variant(guard=False)),
-        Mistake("step 0 treated as step 1",
-                "before the first step no step has been taken: step 0 gives 0.0",
+        Mistake("step 0 treated as step 1 (the Annotated Transformer's convention, not this course's)",
+                "here steps count from 1 and step 0, before any step, gives 0.0; the Annotated "
+                "Transformer maps step 0 to 1 instead, so that LambdaLR's first step is not at lr 0",
                 _inverse_sqrt_variant(step0_as_1=True)),
         Mistake("warm-up off by one (steps counted from 0, or the peak at warmup + 1)",
                 "steps are counted from 1 and the peak is at step == warmup_steps, where "

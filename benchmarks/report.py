@@ -227,8 +227,9 @@ fused, flash-attention style kernel (`_scaled_dot_product_flash_attention_for_cp
 over blocks of keys with a running maximum and sum for the softmax and never writes the whole
 `(B, H, L, L)` matrix of weights to memory; its backward pass recomputes what it needs block by
 block. tfmlib's version does what notebook 05 teaches, one full `L x L` tensor per step:
-`scores = Q K^T` (a new tensor), `/ sqrt(d_k)` (another), `softmax` (another), `weights @ V`
-(and, with a mask, two `masked_fill`s); it *returns* the weights so that they can be plotted, and
+`scores = (Q / sqrt(d_k)) K^T` (a new tensor; the scaling is applied to Q, which is only
+`L x d_k`), `softmax` (another), `weights @ V` (and, with a mask, a `masked_fill` and a
+`torch.where`, two more); it *returns* the weights so that they can be plotted, and
 autograd keeps them for the backward pass. At B = H = 8 such a tensor is 16 MB at L = 256 and
 256 MB at L = 1024, far beyond the CPU's caches, and each is freshly allocated memory. Both
 versions do the same two matrix products, so both grow as L² (see the slopes); the gap is the

@@ -66,7 +66,7 @@ def adamw_step(parameters, state: dict, lr: float, betas: tuple[float, float] = 
     _check_adamw_step_inputs(params, state, lr, betas, eps, weight_decay)
     with torch.no_grad():
         for p in params:
-            if p.grad is not None:  # like torch.optim.AdamW: a parameter without gradient is left alone
+            if p.grad is not None:  # no gradient this step: no decay either (torch.optim.AdamW)
                 p.mul_(1 - lr * weight_decay)
     adam_step(params, state, lr, betas, eps)
 
@@ -79,7 +79,7 @@ def clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:
     direction is kept. Parameters whose .grad is None are skipped.
     Returns the norm before clipping, a 0-dim tensor (what torch.nn.utils.clip_grad_norm_ returns).
     """
-    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)  # one tensor or many
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)  # 1 or many
     _check_clip_grad_norm_inputs(params, max_norm)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
@@ -100,8 +100,8 @@ def warmup_cosine_lr(step: int, peak_lr: float, warmup_steps: int, total_steps: 
     _check_warmup_cosine_inputs(step, peak_lr, warmup_steps, total_steps, final_fraction)
     if step <= warmup_steps:
         return peak_lr * step / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))  # 0 -> 1
-    cosine = 0.5 * (1 + math.cos(math.pi * progress))                               # 1 -> 0
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))  # 0 to 1
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))                                # 1 to 0
     return peak_lr * (final_fraction + (1 - final_fraction) * cosine)
 
 

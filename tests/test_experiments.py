@@ -223,6 +223,18 @@ def test_regressor_equals_a_pytorch_rebuild():
     torch.testing.assert_close(lab.regress(params, src, config), expected)
 
 
+def test_regress_names_bad_inputs():
+    config = dataclasses.replace(SMALL, num_layers=1)
+    params = lab.init_regressor(config)
+    src, _ = padded_batch()
+    with pytest.raises(ValueError, match="head_weight"):
+        lab.regress({k: v for k, v in params.items() if k != "head_weight"}, src, config)
+    with pytest.raises(ValueError, match="src"):
+        lab.regress(params, src[0], config)
+    with pytest.raises(ValueError, match="max_len"):
+        lab.regress(params, torch.full((2, 13), FIRST_DIGIT_ID), config)
+
+
 def test_digit_sums_ignore_padding():
     src, _ = padded_batch(seed=14, count=8)
     expected = [sum(i - FIRST_DIGIT_ID for i in row.tolist() if i != PAD_ID) for row in src]

@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 import torch.nn.functional as F
 
-from ._validation import require_ndim
+from ._validation import require_keys, require_ndim
 from .adam import adam_init, adam_step, warmup_cosine_lr, zero_grad
 from .encoder_decoder import encoder, init_encoder_layer_params
 from .masks import padding_mask
@@ -206,16 +206,18 @@ REGRESSOR_KEYS = ("embedding", "encoder", "encoder_norm", "head_weight", "head_b
 SUM_UNIT = 10.0
 
 
-def init_regressor(config: ModelConfig, generator: torch.Generator | None = None) -> dict:
+def init_regressor(config: ModelConfig, generator: torch.Generator | None = None,
+                   dtype: torch.dtype = torch.float32, device=None) -> dict:
     """The encoder half of the model plus a linear head (1, D) -> one number per sequence."""
+    kwargs = dict(generator=generator, dtype=dtype, device=device)
     d = config.d_model
     params = {
-        "embedding": torch.randn(config.vocab_size, d, generator=generator) / math.sqrt(d),
-        "encoder": [init_encoder_layer_params(d, config.d_ff, generator=generator)
+        "embedding": torch.randn(config.vocab_size, d, **kwargs) / math.sqrt(d),
+        "encoder": [init_encoder_layer_params(d, config.d_ff, **kwargs)
                     for _ in range(config.num_layers)],
-        "encoder_norm": init_norm_params(d),
-        "head_weight": torch.randn(1, d, generator=generator) / math.sqrt(d),
-        "head_bias": torch.zeros(1),
+        "encoder_norm": init_norm_params(d, dtype, device),
+        "head_weight": torch.randn(1, d, **kwargs) / math.sqrt(d),
+        "head_bias": torch.zeros(1, dtype=dtype, device=device),
     }
     for p in parameters(params):
         p.requires_grad_()
@@ -231,6 +233,7 @@ def masked_mean(hidden: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 
 def regress(params: dict, src: torch.Tensor, config: ModelConfig) -> torch.Tensor:
     """(B, Ls) source ids -> (B,) predicted sums: encode, mean-pool over the digits, project."""
+    _check_regress_inputs(params, src, config)
     x = embed_with_positions(params, src, config)                              # (B, Ls, D)
     hidden = encoder(x, attention_layers(params, "encoder", config), config.num_heads,
                      padding_mask(src, PAD_ID), final_norm=params["encoder_norm"],
@@ -238,6 +241,14 @@ def regress(params: dict, src: torch.Tensor, config: ModelConfig) -> torch.Tenso
     pooled = masked_mean(hidden, src)                                          # (B, D)
     tens = linear(pooled, params["head_weight"], params["head_bias"]).squeeze(-1)  # (B,)
     return SUM_UNIT * tens
+
+
+def _check_regress_inputs(params, src, config) -> None:
+    require_keys("params", params, REGRESSOR_KEYS)
+    require_ndim("src", src, 2, "(B, Ls)")
+    if src.size(1) > config.max_len:  # the positional table has config.max_len rows
+        raise ValueError(f"src: expected at most config.max_len = {config.max_len} tokens per row, "
+                         f"got shape {tuple(src.shape)}")
 
 
 def digit_sums(src: torch.Tensor) -> torch.Tensor:

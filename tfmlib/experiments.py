@@ -27,8 +27,8 @@ from .training import (FIRST_DIGIT_ID, PAD_ID, VOCAB, ModelConfig, attention_lay
                        embed_with_positions, greedy_decode, make_batch, parameters, train)
 from .tokenization import decode
 
-#: The lab's model: a quarter of the course's model (d_model 32, one layer per stack), so that
-#: one run takes about a second on one CPU core. Every field is given, none left to a default.
+#: The lab's model: d_model 32, one layer per stack, so that one run of LAB_TRAINING takes
+#: about a second on one CPU core. Every field is given, none left to a default.
 LAB_CONFIG = ModelConfig(vocab_size=len(VOCAB), d_model=32, num_heads=4, d_ff=64, num_layers=1,
                          max_len=16, norm_first=True, dropout_p=0.0, positional=True,
                          scale_scores=True)

@@ -224,7 +224,7 @@ def plot_experiments(results: dict, names):
     """Learning curves of the experiments `names` from run_all's results, every seed drawn:
     loss per step (left) and held-out exact match (right); colour = experiment, style = seed."""
     seeds = lab_seeds(results)
-    fig = plt.figure(figsize=(11, 3.4), layout="constrained")
+    fig = plt.figure(figsize=(10, 3.4), layout="constrained")
     loss_ax, match_ax = _lab_axes(fig)
     for i, name in enumerate(names):
         for j, seed in enumerate(seeds):
@@ -253,9 +253,9 @@ class ExperimentOverlay(Explorer):
         self.choice = widgets.SelectMultiple(options=list(names), value=tuple(selected),
                                              rows=min(len(names), 12), description="overlay",
                                              layout=widgets.Layout(width="320px"))
-        fig = Figure(figsize=(11, 3.4))  # outside pyplot: the inline backend never shows it
+        fig = Figure(figsize=(10, 3.4))  # outside pyplot: the inline backend never shows it
         self.loss_ax, self.match_ax = _lab_axes(fig)
-        fig.subplots_adjust(left=0.07, right=0.80, bottom=0.16, top=0.90, wspace=0.28)
+        fig.subplots_adjust(left=0.075, right=0.785, bottom=0.16, top=0.90, wspace=0.3)
         self.lines = {name: [_record_lines(self.loss_ax, self.match_ax, results[name, seed],
                                            EXPERIMENT_COLORS[0], SEED_STYLES[j % len(SEED_STYLES)])
                              for j, seed in enumerate(self.seeds)] for name in names}

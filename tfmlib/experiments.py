@@ -57,7 +57,8 @@ class Experiment:
 
     def changes(self) -> str:
         """What differs from the baseline, e.g. 'num_heads=1, lr=0.1'."""
-        pairs = [*self.config, *self.training] + ([("model", self.model)] if self.model != "seq2seq" else [])
+        model = [("model", self.model)] if self.model != "seq2seq" else []
+        pairs = [*self.config, *self.training, *model]
         return ", ".join(f"{key}={value!r}" for key, value in pairs) or "(the baseline)"
 
 
@@ -195,7 +196,8 @@ def shuffle_test(params: dict, config: ModelConfig, seed: int, options: dict) ->
     answers = [decode(row, VOCAB) for row in after]
     hits = [a == decode(t, VOCAB) for a, t in zip(answers, tgt)]
     same = [a == decode(b, VOCAB) for a, b in zip(answers, before)]
-    return {"shuffled_exact_match": sum(hits) / len(hits), "unchanged_by_shuffle": sum(same) / len(same)}
+    return {"shuffled_exact_match": sum(hits) / len(hits),
+            "unchanged_by_shuffle": sum(same) / len(same)}
 
 
 # ---- the encoder-only regressor of the sum (seed 004) ----------------------------------------
@@ -269,7 +271,8 @@ def train_regressor(config: ModelConfig, *, task: str, steps: int, batch_size: i
     params = init_regressor(config, generator)
     weights = parameters(params)
     state = adam_init(weights)
-    eval_src, _ = make_batch(task, eval_size, min_len, max_len, True, torch.Generator().manual_seed(seed + 1))
+    eval_src, _ = make_batch(task, eval_size, min_len, max_len, True,
+                             torch.Generator().manual_seed(seed + 1))
     history = {"step": [], "loss": [], "eval_step": [], "exact_match": []}
     for step in range(1, steps + 1):
         src, _ = make_batch(task, batch_size, min_len, max_len, False, generator)

@@ -178,6 +178,11 @@ EXPERIMENT_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56
 SEED_STYLES = ("-", "--", ":", "-.")
 
 
+def _color(index: int) -> str:
+    """The colour of the index-th experiment of a figure."""
+    return EXPERIMENT_COLORS[index % len(EXPERIMENT_COLORS)]
+
+
 def _lab_axes(fig):
     """The two panels of every lab figure: training loss per step, held-out exact match."""
     loss_ax, match_ax = fig.subplots(1, 2)
@@ -207,8 +212,7 @@ def _lab_legend(ax, names, seeds):
     """Colour = experiment, line style = seed: one entry each, not one per line."""
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=EXPERIMENT_COLORS[i % len(EXPERIMENT_COLORS)], linewidth=2,
-                      label=name) for i, name in enumerate(names)]
+    handles = [Line2D([], [], color=_color(i), linewidth=2, label=name) for i, name in enumerate(names)]
     handles += [Line2D([], [], color="0.4", linestyle=SEED_STYLES[i % len(SEED_STYLES)],
                        label=f"seed {seed}") for i, seed in enumerate(seeds)]
     return ax.legend(handles=handles, fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0),
@@ -228,8 +232,8 @@ def plot_experiments(results: dict, names):
     loss_ax, match_ax = _lab_axes(fig)
     for i, name in enumerate(names):
         for j, seed in enumerate(seeds):
-            _record_lines(loss_ax, match_ax, results[name, seed],
-                          EXPERIMENT_COLORS[i % len(EXPERIMENT_COLORS)], SEED_STYLES[j % len(SEED_STYLES)])
+            _record_lines(loss_ax, match_ax, results[name, seed], _color(i),
+                          SEED_STYLES[j % len(SEED_STYLES)])
     _lab_legend(match_ax, names, seeds)
     return fig
 
@@ -281,7 +285,7 @@ class ExperimentOverlay(Explorer):
                 for line in pair:
                     line.set_visible(shown)
                     if shown:
-                        line.set_color(EXPERIMENT_COLORS[chosen.index(name) % len(EXPERIMENT_COLORS)])
+                        line.set_color(_color(chosen.index(name)))
         legend = _lab_legend(self.match_ax, chosen, self.seeds)
         moving = self.frames.moving
         moving[moving.index(self.legend)] = self.legend = legend  # the new legend moves instead

@@ -143,7 +143,8 @@ def test_greedy_decode_stops_at_eos_and_pads_after(monkeypatch):
 
 
 def test_training_learns_to_reverse_held_out_sequences():
-    """The ONE real training run (~10-15 s): tfmlib model + hand-written Adam."""
+    """The ONE real training run (~10 s): tfmlib model + hand-written Adam, trained on 3 to 10
+    digits with train()'s defaults, the recipe of notebook 10."""
     start = time.perf_counter()
     params, history = training.train()
     seconds = time.perf_counter() - start
@@ -151,12 +152,13 @@ def test_training_learns_to_reverse_held_out_sequences():
           f"held-out exact match {history['exact_match']}")
 
     assert history["eval_step"][-1] == history["step"][-1]
-    assert history["exact_match"][-1] >= 0.99
+    assert history["exact_match"][-1] >= 0.99  # notebook 10's claim: at least 99 % of 3-10 digits
     assert history["loss"][-1] < history["loss"][0] / 10
 
-    # decode a few held-out sequences ourselves: the reversed digits, then <eos>, then padding
+    # decode a few held-out sequences of the longest trained length ourselves: the reversed
+    # digits, then <eos>, then padding
     config = ModelConfig()
-    src, _ = make_batch("reverse", 8, 3, 8, held_out=True, generator=torch.Generator().manual_seed(99))
+    src, _ = make_batch("reverse", 8, 10, 10, held_out=True, generator=torch.Generator().manual_seed(99))
     out = greedy_decode(params, src, config, max_new_tokens=src.size(1) + 1)
     hits = 0
     for s, o in zip(src, out):

@@ -296,11 +296,11 @@ def test_warmup_cosine_is_what_train_uses():
     original = training.adam_step
     training.adam_step = recording_step
     try:
-        training.train(steps=12, eval_every=12, batch_size=4, eval_size=4)
+        training.train(steps=12, eval_every=12, batch_size=4, eval_size=4, lr=5e-3)
     finally:
         training.adam_step = original
-    assert lrs == [warmup_cosine_lr(step, 3e-3, 1, 12) for step in range(1, 13)]
-    assert lrs[0] == 3e-3 and lrs[-1] == pytest.approx(3e-4)
+    assert lrs == [warmup_cosine_lr(step, 5e-3, 1, 12) for step in range(1, 13)]
+    assert lrs[0] == 5e-3 and lrs[-1] == pytest.approx(5e-4)
 
 
 @pytest.mark.parametrize("call, message", [

@@ -169,7 +169,7 @@ def training(target: float = 0.99, eval_every: int = 10, **train_kwargs) -> tupl
     rows.append(Measured("training", f"all {steps} steps", total - eval_total, None,
                          f"{1000 * (total - eval_total) / steps:.1f} ms a step, evaluation "
                          f"({len(evals)} x, {eval_total:.1f} s) left out; final exact match "
-                         f"{history['exact_match'][-1]:.3f}"))
+                         f"{history['exact_match'][-1]:.1%}"))
     config = train_kwargs.get("config", tr.ModelConfig())
     return rows, {"params": params, "config": config, "history": history}
 

@@ -29,7 +29,7 @@ def plot_training_curves(history: dict):
     left.set_ylabel("cross-entropy loss (log scale)")
     left.set_title("training loss")
     right.plot(history["eval_step"], history["exact_match"], "o-")
-    right.annotate(f"final: {history['exact_match'][-1]:.3f}",
+    right.annotate(f"final: {history['exact_match'][-1]:.1%}",
                    (history["eval_step"][-1], history["exact_match"][-1]),
                    textcoords="offset points", xytext=(-10, -22), ha="right", fontsize=9)
     right.axhline(0.99, color="0.5", linestyle="--", linewidth=1, label="99 %")

@@ -101,7 +101,8 @@ mutants: install
 # Same environment as the tests, so that the refreshed outputs are the ones
 # nbval will compare against.
 execute: install
-	$(TEST_ENV) $(BIN)/jupyter execute --inplace $(NOTEBOOKS_DIR)/[0-9][0-9]_*.ipynb
+	$(TEST_ENV) $(BIN)/jupyter execute --inplace $(NOTEBOOKS_DIR)/[0-9][0-9]_*.ipynb \
+	  $(wildcard $(NOTEBOOKS_DIR)/bonus/*.ipynb)
 
 # Debian's chromium for the browser test (never `playwright install`, which
 # downloads a browser build of its own).

@@ -1,6 +1,6 @@
 """Every notebook, opened in JupyterLab in a real (headless) Chromium, as a learner would.
 
-For each `notebooks/NN_*.ipynb` the test:
+For each `notebooks/NN_*.ipynb` and `notebooks/bonus/*.ipynb` the test:
 
 1. opens it at `/lab/workspaces/<fresh>/tree/notebooks/NAME` (a fresh workspace, so no other
    notebook is restored) and waits until the notebook's kernel is connected and idle,
@@ -37,7 +37,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # Same folder as conftest.py's `notebooks_dir` fixture (the variable is for developing this
 # test against scratch notebooks; normally unset).
 NOTEBOOKS_DIR = Path(os.environ.get("TFM_BROWSER_NOTEBOOKS_DIR", ROOT / "notebooks"))
-NOTEBOOKS = sorted(p.name for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+# The ten, then the bonus notebooks after them (notebooks/bonus/), as paths under NOTEBOOKS_DIR.
+NOTEBOOKS = [p.relative_to(NOTEBOOKS_DIR).as_posix()
+             for pattern in ("[0-9][0-9]_*.ipynb", "bonus/*.ipynb")
+             for p in sorted(NOTEBOOKS_DIR.glob(pattern))]
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 
 LOAD_TIMEOUT_S = 90        # JupyterLab page + kernel start, on a busy 2-core machine

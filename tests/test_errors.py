@@ -34,6 +34,9 @@ P1, P2 = leaf(3), leaf(2, 2)
 STATE = tfmlib.adam_init([P1, P2])
 CONFIG = training.ModelConfig(d_model=8, num_heads=2, d_ff=8, num_layers=1, max_len=4)
 MODEL = training.init_model(CONFIG, torch.Generator().manual_seed(0))
+LM_CONFIG = tfmlib.LMConfig(vocab_size=6, d_model=4, num_heads=2, d_ff=8, num_layers=1, max_len=3)
+LM = tfmlib.init_lm_params(LM_CONFIG)
+TEXT_IDS = torch.tensor([0, 1, 2, 3, 4, 5])    # (N,) ids of a text
 
 
 def on_meta(x):
@@ -470,6 +473,46 @@ CASES = [
                  id="forward-batch-mismatch"),
     pytest.param(lambda: training.forward(MODEL, torch.ones(2, 5, dtype=torch.long), IDS, CONFIG), ValueError,
                  ["src", "max_len = 4", "(2, 5)"], id="forward-longer-than-max_len"),
+    # ---- language model (bonus b1) ----
+    pytest.param(lambda: tfmlib.LMConfig(vocab_size=6, d_model=4, num_heads=3), ValueError,
+                 ["num_heads", "d_model = 4", "3"], id="LMConfig-heads"),
+    pytest.param(lambda: tfmlib.LMConfig(vocab_size=0), ValueError, ["vocab_size", "0"], id="LMConfig-vocab"),
+    pytest.param(lambda: tfmlib.init_lm_params(CONFIG), TypeError, ["config", "ModelConfig"],
+                 id="init_lm_params-config"),
+    pytest.param(lambda: tfmlib.decoder_block(X, LM["blocks"][0], 2, torch.ones(1, 1, 3, 3)), TypeError,
+                 ["mask", "float32", "bool"], id="decoder_block-float-mask"),
+    pytest.param(lambda: tfmlib.decoder_block(X, without(LM["blocks"][0], "attention"), 2), ValueError,
+                 ["block", "attention"], id="decoder_block-missing-key"),
+    pytest.param(lambda: tfmlib.lm_forward(LM, torch.ones(2, 4, dtype=torch.long), LM_CONFIG), ValueError,
+                 ["ids", "max_len = 3", "(2, 4)"], id="lm_forward-longer-than-max_len"),
+    pytest.param(lambda: tfmlib.lm_forward(LM, torch.tensor([[1, 6]]), LM_CONFIG), ValueError,
+                 ["ids", "[0, 6)", "max 6"], id="lm_forward-id-out-of-vocab"),
+    pytest.param(lambda: tfmlib.lm_forward(LM, torch.ones(2, 3), LM_CONFIG), TypeError,
+                 ["ids", "float32"], id="lm_forward-float-ids"),
+    pytest.param(lambda: tfmlib.lm_loss(LM, torch.ones(2, 1, dtype=torch.long), LM_CONFIG), ValueError,
+                 ["ids", "(2, 1)", "2 tokens"], id="lm_loss-one-token"),
+    pytest.param(lambda: tfmlib.lm_attention_weights(LM, IDS, None), TypeError, ["config", "NoneType"],
+                 id="lm_attention_weights-config"),
+    pytest.param(lambda: tfmlib.lm_eval_loss(LM, IDS, LM_CONFIG), ValueError, ["ids", "(2, 3)", "(N,)"],
+                 id="lm_eval_loss-2d"),
+    pytest.param(lambda: tfmlib.perplexity("1.0"), TypeError, ["loss", "'1.0'"], id="perplexity-str"),
+    pytest.param(lambda: tfmlib.unigram_log_probs(TEXT_IDS, 4), ValueError, ["ids", "[0, 4)", "max 5"],
+                 id="unigram_log_probs-out-of-vocab"),
+    pytest.param(lambda: tfmlib.bigram_log_probs(TEXT_IDS, 6, -1.0), ValueError, ["smoothing", "-1.0"],
+                 id="bigram_log_probs-smoothing"),
+    pytest.param(lambda: tfmlib.baseline_loss(torch.zeros(2, 2, 2), TEXT_IDS), ValueError,
+                 ["log_probs", "(2, 2, 2)"], id="baseline_loss-3d"),
+    pytest.param(lambda: tfmlib.random_windows(TEXT_IDS, 2, 7), ValueError, ["length", "6", "7"],
+                 id="random_windows-too-long"),
+    pytest.param(lambda: tfmlib.train_lm(LM_CONFIG, TEXT_IDS, steps=0), ValueError, ["steps", "0"],
+                 id="train_lm-steps"),
+    pytest.param(lambda: tfmlib.make_corpus(0), ValueError, ["num_sentences", "0"], id="make_corpus-zero"),
+    pytest.param(lambda: tfmlib.build_char_vocab(["a"]), TypeError, ["text", "list"],
+                 id="build_char_vocab-list"),
+    pytest.param(lambda: tfmlib.encode_chars("abz", {"a": 0, "b": 1}), ValueError, ["text", "'z'"],
+                 id="encode_chars-unknown"),
+    pytest.param(lambda: tfmlib.decode_chars([0, 7], {"a": 0}), ValueError, ["ids", "7"],
+                 id="decode_chars-out-of-vocab"),
 ]
 
 

@@ -20,6 +20,10 @@ from .encoder_decoder import (decoder, decoder_layer, encoder, encoder_layer,
 from .adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
                    warmup_inverse_sqrt_lr, zero_grad)
 from .from_torch import params_from_torch
+from .language_model import (LMConfig, baseline_loss, bigram_log_probs, build_char_vocab,
+                             decode_chars, decoder_block, encode_chars, init_lm_params,
+                             lm_attention_weights, lm_eval_loss, lm_forward, lm_loss, make_corpus,
+                             perplexity, random_windows, train_lm, unigram_log_probs)
 
 import types as _types
 

@@ -1,0 +1,200 @@
+"""The figure lint (tfmlib/viz/lint.py): it flags each kind of defect on a small figure made
+to have it, passes the course style's own figures, and passes every figure the notebooks
+show and every widget frame they draw.
+
+The notebook test runs each notebook in a kernel with a hook that lints every figure the
+inline backend renders (the figures the notebook stores) and every widget frame drawn
+(`Explorer._show`), then reports the problems by cell. Widget tests lint the frames of
+each control change with `assert_readable`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from tfmlib.viz.lint import assert_readable, lint_figure  # noqa: E402
+from tfmlib.viz.style import (COLUMN_IN, DIVERGING_CMAP, MASK_CMAP, attention_heatmap,  # noqa: E402
+                              new_figure, signed_limits)
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Notebooks whose figures and widget frames must pass the lint; the others join as their
+#: figures move to the course style (issue 12: 02-05 in part A, 06-10 in part B).
+LINTED_NOTEBOOKS = ["01_shapes"]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _one_problem(fig, words: str) -> str:
+    problems = lint_figure(fig)
+    assert any(words in p for p in problems), f"expected a problem with {words!r}, got {problems}"
+    return next(p for p in problems if words in p)
+
+
+# ---- each defect is caught ----------------------------------------------------------------------
+
+def test_a_clean_figure_passes():
+    fig, ax = new_figure(3)
+    for i in range(3):
+        ax.plot(np.arange(10), np.arange(10) * (i + 1), label=f"line {i}")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_title("three lines")
+    ax.legend()
+    assert lint_figure(fig) == []
+
+
+def test_text_outside_the_canvas_is_caught():
+    fig, ax = new_figure(3)
+    fig.text(0.8, 0.5, "a note that runs off the right edge of the figure")  # not laid out
+    assert "outside the canvas" in _one_problem(fig, "runs off")
+
+
+def test_a_label_cut_by_a_fixed_layout_is_caught():
+    fig = plt.figure(figsize=(4, 3))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))          # no room left for the labels
+    ax.set_ylabel("value")
+    _one_problem(fig, "outside the canvas")
+
+
+def test_overlapping_tick_labels_are_caught():
+    fig, ax = new_figure(3, width=3)
+    ax.set_xticks(range(8), labels=[f"token_{i}" for i in range(8)])   # too long for the width
+    assert "tick labels overlap" in _one_problem(fig, "tick labels overlap")
+
+
+def test_rotated_tick_labels_are_not_counted_as_overlapping():
+    fig, ax = new_figure(3, width=3)
+    ax.set_xticks(range(8), labels=[f"token_{i}" for i in range(8)], rotation=90)
+    assert lint_figure(fig) == []
+
+
+def test_an_axis_label_over_the_tick_labels_is_caught():
+    fig, ax = new_figure(3)
+    ax.set_ylim(0, 1000)
+    ax.set_ylabel("position")
+    ax.yaxis.set_label_coords(-0.02, 0.5)          # a fixed place that ignores wide tick labels
+    assert "overlaps the tick label" in _one_problem(fig, "'position' overlaps")
+
+
+def test_tick_labels_outside_the_view_are_not_counted():
+    fig, ax = new_figure(3)
+    ax.set_xticks(range(100), labels=[str(i) for i in range(100)])   # 100 labels made ...
+    ax.set_xlim(-0.5, 4.5)                                          # ... 5 of them drawn
+    assert lint_figure(fig) == []
+
+
+def test_a_rainbow_map_is_caught():
+    fig, ax = new_figure(3)
+    ax.imshow(np.random.default_rng(0).random((4, 4)), cmap="turbo")
+    assert "'turbo'" in _one_problem(fig, "colour map")
+
+
+def test_the_style_maps_pass():
+    fig, axes = new_figure(3, ncols=3)
+    values = np.random.default_rng(0).normal(size=(4, 4))
+    axes[0].imshow(values, cmap=DIVERGING_CMAP, vmin=signed_limits(values)[0], vmax=signed_limits(values)[1])
+    axes[1].imshow(values > 0, cmap=MASK_CMAP)
+    attention_heatmap(axes[2], torch.softmax(torch.tensor(values), -1), list("abcd"), list("abcd"),
+                      masked=np.triu(np.ones((4, 4), bool), 1))
+    assert lint_figure(fig) == []
+
+
+def test_a_tiny_font_is_caught():
+    fig, ax = new_figure(3)
+    ax.text(0.5, 0.5, "7 pt", fontsize=7, transform=ax.transAxes)
+    assert "'7 pt' at 7.0 pt" in _one_problem(fig, "font too small")
+
+
+def test_a_figure_wider_than_the_column_is_caught_and_its_text_shrinks_with_it():
+    fig = plt.figure(figsize=(2 * COLUMN_IN, 3), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title("12 pt, shown at half size", fontsize=12)
+    assert "too wide" in _one_problem(fig, "too wide")
+    assert "at 5.0 pt" in _one_problem(fig, "font too small")   # 10 pt tick labels at 50 %
+
+
+def test_new_figure_refuses_a_width_beyond_the_column():
+    with pytest.raises(ValueError, match="width"):
+        new_figure(3, width=COLUMN_IN + 1)
+
+
+def test_a_hidden_legend_is_not_linted():
+    fig, ax = new_figure(3)
+    ax.plot([0, 1], label="a")
+    legend = ax.legend(fontsize=5)
+    legend.set_visible(False)
+    assert lint_figure(fig) == []
+
+
+def test_assert_readable_lists_the_problems():
+    fig, ax = new_figure(3)
+    ax.imshow(np.zeros((2, 2)), cmap="jet")
+    with pytest.raises(AssertionError, match="jet"):
+        assert_readable(fig, "a jet map")
+
+
+def test_attention_heatmap_draws_masked_cells_as_bad_not_as_zero():
+    fig, ax = new_figure(3)
+    weights = torch.tensor([[1.0, 0.0], [float("nan"), float("nan")]])
+    image = attention_heatmap(ax, weights, ["a", "b"], ["a", "b"], masked=[[False, True], [True, True]])
+    data = image.get_array()
+    assert data.mask.tolist() == [[False, True], [True, True]]
+    rgba = image.cmap(image.norm(data))
+    assert np.allclose(rgba[0, 1], matplotlib.colors.to_rgba(image.cmap.get_bad()))
+    assert not np.allclose(rgba[0, 1], image.cmap(0.0))           # not the colour of a 0 weight
+
+
+# ---- the notebooks ------------------------------------------------------------------------------
+
+HOOK = r"""
+from matplotlib.backend_bases import FigureCanvasBase as _LintCanvas
+from tfmlib.viz.common import Explorer as _LintExplorer
+from tfmlib.viz.lint import lint_figure as _lint_figure
+_lint_found = []
+_lint_print_figure, _lint_show = _LintCanvas.print_figure, _LintExplorer._show
+def _linted_print_figure(self, *args, **kwargs):
+    _lint_found.append((get_ipython().execution_count, "figure", _lint_figure(self.figure)))
+    return _lint_print_figure(self, *args, **kwargs)
+def _linted_show(self, *args, **kwargs):
+    _lint_found.append((get_ipython().execution_count, type(self).__name__, _lint_figure(self.fig)))
+    return _lint_show(self, *args, **kwargs)
+_LintCanvas.print_figure, _LintExplorer._show = _linted_print_figure, _linted_show
+"""
+REPORT = "import json as _lint_json\nprint(_lint_json.dumps(_lint_found))"
+
+
+def lint_notebook(path: Path) -> tuple[int, list[str]]:
+    """Run a notebook with the lint hook; -> (figures and frames linted, problems by cell)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    notebook.cells = ([nbformat.v4.new_code_cell(HOOK)] + code_cells
+                      + [nbformat.v4.new_code_cell(REPORT)])
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    found = json.loads(notebook.cells[-1].outputs[0]["text"])
+    cell_of = {cell.execution_count: n for n, cell in enumerate(code_cells, start=1)}
+    problems = [f"code cell {cell_of.get(count, '?')} ({what}): {problem}"
+                for count, what, cell_problems in found for problem in cell_problems]
+    return len(found), problems
+
+
+@pytest.mark.parametrize("name", LINTED_NOTEBOOKS)
+def test_every_figure_and_widget_frame_of_the_notebook_passes_the_lint(name):
+    linted, problems = lint_notebook(ROOT / "notebooks" / f"{name}.ipynb")
+    assert linted > 0, f"{name}: no figure or widget frame was drawn: is the hook still working?"
+    assert not problems, f"{name}: {len(problems)} problems:\n  " + "\n  ".join(problems)

@@ -1,0 +1,158 @@
+"""A lint of live matplotlib figures against the course style (style.py).
+
+`lint_figure(fig)` draws the figure as the inline backend or a widget would (Agg, at the
+figure's dpi) and returns a list of problems, empty when the figure is fine:
+
+* too wide: wider than JupyterLab's column (`COLUMN_PX`), so the notebook shrinks it;
+* text below `MIN_FONT_PT` as displayed (a shrunk figure shrinks its text too);
+* text outside the canvas: a widget's frame clips it (the inline backend's crop hides it);
+* tick labels that overlap each other, or an axis label / title that overlaps tick labels;
+* a colour map outside `ALLOWED_CMAPS`.
+
+Only what a draw paints counts: tick labels outside the view limits exist but are not
+drawn, and invisible or empty texts are skipped. Overlaps of rotated tick labels are not
+checked: their boxes overlap while their glyphs do not.
+
+Widget tests call `lint_explorer(explorer)` after each control change (or
+`assert_readable`, which fails with the list).
+"""
+from __future__ import annotations
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.text import Text
+
+from .style import ALLOWED_CMAPS, COLUMN_PX, DPI, MIN_FONT_PT
+
+SLACK_PX = 1.0     # rounding of glyph boxes: a box may poke out or overlap by this much
+
+
+def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT_PT) -> list[str]:
+    """Problems of `fig` as displayed in a notebook column `column_px` wide; [] if none."""
+    renderer = _draw(fig)
+    width = fig.bbox.width
+    shown = min(1.0, column_px / width)           # the notebook shrinks a wider figure
+    problems = []
+    if width > column_px + 0.5:
+        problems.append(f"too wide: {width:.0f} px > the column's {column_px:.0f} px "
+                        f"(shown at {shown:.0%}, text shrinks with it)")
+    small = []
+    for text in _drawn_texts(fig):
+        displayed = text.get_fontsize() * shown * fig.dpi / DPI
+        if displayed < min_font_pt - 1e-6:
+            small.append((displayed, _name(text)))
+        box = text.get_window_extent(renderer)
+        if (box.x0 < -SLACK_PX or box.y0 < -SLACK_PX or box.x1 > fig.bbox.width + SLACK_PX
+                or box.y1 > fig.bbox.height + SLACK_PX):
+            problems.append(f"text outside the canvas: {_name(text)} spans x {box.x0:.0f}..{box.x1:.0f}, "
+                            f"y {box.y0:.0f}..{box.y1:.0f} of a {fig.bbox.width:.0f} x "
+                            f"{fig.bbox.height:.0f} px canvas")
+    if small:
+        size, name = min(small)
+        problems.append(f"font too small: {len(small)} texts below {min_font_pt} pt as displayed, "
+                        f"the smallest {name} at {size:.1f} pt")
+    for ax in fig.axes:
+        problems += _overlaps(ax, renderer)
+    names = {_cmap_in_use(artist) for artist in _visible(fig, ScalarMappable)} - {None}
+    for name in sorted(names - ALLOWED_CMAPS):
+        problems.append(f"colour map {name!r} is not in the course style "
+                        f"(allowed: {', '.join(sorted(ALLOWED_CMAPS))})")
+    return problems
+
+
+def lint_explorer(explorer) -> list[str]:
+    """The problems of a widget's current frame (an `Explorer` from common.py)."""
+    return lint_figure(explorer.fig)
+
+
+def assert_readable(figure_or_explorer, where: str = "") -> None:
+    """Fail with every problem of a figure or a widget's frame; `where` says which."""
+    fig = getattr(figure_or_explorer, "fig", figure_or_explorer)
+    problems = lint_figure(fig)
+    assert not problems, f"figure lint{' (' + where + ')' if where else ''}:\n  " + "\n  ".join(problems)
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+def _draw(fig):
+    """Draw `fig` with Agg, as shown; returns the renderer."""
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)                       # a bare Figure() or another backend
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def _painted_tick_labels(axis) -> list[Text]:
+    """Tick labels a draw paints: ticks inside the view limits, visible, non-empty."""
+    labels = []
+    for tick in axis._update_ticks():             # what Axis.draw itself draws
+        for label in (tick.label1, tick.label2):
+            if label.get_visible() and label.get_text():
+                labels.append(label)
+    return labels
+
+
+def _drawn_texts(fig) -> list[Text]:
+    """Every visible, non-empty text of the figure that a draw paints."""
+    tick_labels, painted = set(), set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                tick_labels.update((tick.label1, tick.label2))
+            painted.update(_painted_tick_labels(axis))
+    return [text for text in _visible(fig, Text)
+            if text.get_text().strip() and (text not in tick_labels or text in painted)]
+
+
+def _visible(artist, kind) -> list:
+    """Artists of type `kind` in the tree under `artist`, skipping hidden branches (a hidden
+    legend hides its texts, though each of them is still "visible")."""
+    if not artist.get_visible():
+        return []
+    found = [artist] if isinstance(artist, kind) else []
+    for child in artist.get_children():
+        found += _visible(child, kind)
+    return found
+
+
+def _overlaps(ax, renderer) -> list[str]:
+    if not ax.get_visible():
+        return []
+    problems = []
+    for axis, label in ((ax.xaxis, ax.xaxis.label), (ax.yaxis, ax.yaxis.label)):
+        ticks = _painted_tick_labels(axis)
+        boxes = [(t, t.get_window_extent(renderer)) for t in ticks]
+        if all(t.get_rotation() % 180 == 0 for t in ticks):   # rotated boxes overlap, glyphs do not
+            for i, (a, box_a) in enumerate(boxes):
+                for b, box_b in boxes[i + 1:]:
+                    if _overlap(box_a, box_b):
+                        problems.append(f"tick labels overlap: {_name(a)} and {_name(b)}")
+                        break
+        others = [label, ax.title, ax._left_title, ax._right_title]
+        for other in others:
+            if not (other.get_visible() and other.get_text().strip()):
+                continue
+            box = other.get_window_extent(renderer)
+            for tick, tick_box in boxes:
+                if _overlap(box, tick_box):
+                    problems.append(f"{_name(other)} overlaps the tick label {_name(tick)}")
+                    break
+    return problems
+
+
+def _overlap(a, b) -> bool:
+    return (min(a.x1, b.x1) - max(a.x0, b.x0) > SLACK_PX
+            and min(a.y1, b.y1) - max(a.y0, b.y0) > SLACK_PX)
+
+
+def _cmap_in_use(artist) -> str | None:
+    """The name of the colour map `artist` paints with, or None (RGB images, plain colours)."""
+    array = artist.get_array()
+    if array is None or getattr(array, "ndim", 2) == 3:
+        return None
+    return artist.get_cmap().name
+
+
+def _name(text: Text) -> str:
+    words = text.get_text().replace("\n", " ")
+    return repr(words if len(words) <= 40 else words[:37] + "...")

@@ -1,0 +1,199 @@
+"""The one look of every figure and widget of the course, defined once.
+
+Size. JupyterLab 4.6 in a 1280 px wide browser window with the file browser open (its
+default) gives a cell's output 848 px (measured in Chromium; 1100 px with the side bar
+closed, 934 px at 1366 px). The inline backend and the widgets render at 100 dpi, so a
+figure at most `COLUMN_IN` = 8.4 inches wide is shown 1:1; a wider one is shrunk, and its
+text with it. Fonts are at least `MIN_FONT_PT` = 9 pt as displayed.
+
+Layout. One engine, constrained layout: it keeps every label inside the canvas. The
+inline backend crops a stored figure to its contents (`bbox_inches="tight"`), so text
+outside the canvas would still show there, but a widget's frame is the canvas itself and
+clips it: only a layout that keeps text inside is safe for both.
+
+Colour. Categories and lines take the Okabe-Ito palette (told apart with any colour
+vision), and lines also differ in line style and marker, so they differ in grey too.
+Values from 0 up (attention weights) use viridis; signed values use RdBu_r centred at 0.
+Masked or padded positions are drawn in `MASKED_COLOUR` (a masked array's "bad" colour),
+never as a weight of 0. `lint.py` checks all of this on live figures.
+"""
+from __future__ import annotations
+
+import matplotlib as mpl
+import numpy as np
+import torch
+from matplotlib.colors import ListedColormap, to_rgb
+
+# ---- size and text ----------------------------------------------------------------------------
+
+DPI = 100             #: the inline backend's and the widgets' dots per inch
+COLUMN_PX = 840       #: widest figure shown 1:1 in JupyterLab's notebook column (see above)
+COLUMN_IN = COLUMN_PX / DPI
+MIN_FONT_PT = 9       #: smallest text as displayed (12.5 px at 100 dpi)
+TITLE_PT = 11         #: every axes title and figure title
+LABEL_PT = 10         #: axis labels, colour-bar labels
+TICK_PT = 9           #: tick labels, legends, notes and numbers written into cells
+
+#: rcParams of the course style (used while `new_figure` builds a figure).
+RC = {
+    "figure.dpi": DPI,
+    "font.size": LABEL_PT,
+    "axes.titlesize": TITLE_PT,
+    "axes.labelsize": LABEL_PT,
+    "figure.titlesize": TITLE_PT,
+    "xtick.labelsize": TICK_PT,
+    "ytick.labelsize": TICK_PT,
+    "legend.fontsize": TICK_PT,
+    "image.cmap": "viridis",
+}
+
+# ---- colour -----------------------------------------------------------------------------------
+
+#: Okabe-Ito (Okabe and Ito 2008), ordered for lines: yellow last, it is faint on white.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+GUIDE_COLOUR = "#666666"      #: reference lines and notes that are not data
+ERROR_COLOUR = "#b3261e"      #: text that says something is wrong (HTML notes of the widgets)
+MASKED_COLOUR = "#d0d0d0"     #: masked / padded / blocked positions, in every map
+
+SEQUENTIAL_CMAP = "viridis"   #: values from 0 up, e.g. attention weights (0-1)
+DIVERGING_CMAP = "RdBu_r"     #: signed values, always with limits symmetric about 0
+
+#: Attention weights: viridis, masked positions grey (a masked array's bad value).
+ATTENTION_CMAP = mpl.colormaps[SEQUENTIAL_CMAP].with_extremes(bad=MASKED_COLOUR)
+#: A bool mask: False (blocked) is the masked grey, True (may attend) bluish green.
+MASK_CMAP = ListedColormap([MASKED_COLOUR, PALETTE[2]], name="mask")
+#: Token kinds of notebook 02 (word, <bos>/<eos>, <unk>, <pad>): light tints keep black
+#: text readable; <pad> is the masked grey, as it is in every attention map.
+TOKEN_KIND_COLOURS = ("#bfdcef", "#b3e0d2", "#f4c3a6", MASKED_COLOUR)
+TOKEN_KIND_CMAP = ListedColormap(TOKEN_KIND_COLOURS, name="token_kinds")
+
+#: The colour maps a figure may use (lint.py checks it).
+ALLOWED_CMAPS = frozenset({SEQUENTIAL_CMAP, DIVERGING_CMAP, MASK_CMAP.name, TOKEN_KIND_CMAP.name})
+
+# ---- attention maps ---------------------------------------------------------------------------
+
+QUERY_LABEL = "query (the token looking)"
+KEY_LABEL = "key (the token looked at)"
+ATTENTION_CBAR_LABEL = "attention weight (grey: masked)"
+
+
+def line_style(i: int) -> dict:
+    """Colour, line style and marker of the i-th line: lines differ without colour too."""
+    return {"color": PALETTE[i % len(PALETTE)], "linestyle": LINESTYLES[i % len(LINESTYLES)],
+            "marker": MARKERS[i % len(MARKERS)]}
+
+
+def distinct_colours(n: int) -> np.ndarray:
+    """(n, 3) RGB colours, one per item, all different to any colour vision.
+
+    Up to 8: the Okabe-Ito palette. More: viridis, whose lightness rises steadily, sampled
+    in golden-ratio steps so that items i and i + 1 land far apart on it.
+    """
+    if n <= len(PALETTE):
+        return np.array([to_rgb(c) for c in PALETTE[:n]])
+    positions = (np.arange(n) * 0.6180339887) % 1.0
+    return mpl.colormaps[SEQUENTIAL_CMAP](0.05 + 0.9 * positions)[:, :3]
+
+
+def signed_limits(values) -> tuple[float, float]:
+    """(vmin, vmax) symmetric about 0, so the diverging map's white is exactly 0."""
+    limit = float(np.nanmax(np.abs(_numpy(values)))) or 1.0
+    return -limit, limit
+
+
+def _numpy(values) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().double().numpy()
+    return np.asarray(values, dtype=float)
+
+
+# ---- figures ----------------------------------------------------------------------------------
+
+def new_figure(height: float, width: float = COLUMN_IN, nrows: int = 1, ncols: int = 1, *,
+               pyplot: bool = True, **subplots_kw):
+    """A figure in the course style and its axes: (fig, ax) for one panel, else (fig, axes).
+
+    `pyplot=False` builds a bare Figure for a widget (the inline backend never shows it).
+    Constrained layout keeps labels inside; a widget can then freeze it (`freeze_layout`).
+    """
+    if width > COLUMN_IN + 1e-9:
+        raise ValueError(f"width: expected at most {COLUMN_IN} inches (JupyterLab's column at "
+                         f"{DPI} dpi), got {width}")
+    with mpl.rc_context(RC):
+        if pyplot:
+            import matplotlib.pyplot as plt
+
+            fig = plt.figure(figsize=(width, height), dpi=DPI, layout="constrained")
+        else:
+            from matplotlib.figure import Figure
+
+            fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+        axes = fig.subplots(nrows, ncols, squeeze=False, **subplots_kw)
+    for ax in axes.flat:
+        style_axes(ax)
+    return fig, (axes[0, 0] if axes.size == 1 else axes if nrows > 1 and ncols > 1 else list(axes.flat))
+
+
+def style_axes(ax) -> None:
+    """Course fonts on an axes made elsewhere (tick labels made later at draw time included)."""
+    ax.tick_params(which="both", labelsize=TICK_PT)
+    ax.title.set_fontsize(TITLE_PT)
+    ax.xaxis.label.set_fontsize(LABEL_PT)
+    ax.yaxis.label.set_fontsize(LABEL_PT)
+
+
+def title(ax, text: str):
+    """The one title style: TITLE_PT, centred, normal weight."""
+    return ax.set_title(text, fontsize=TITLE_PT, fontweight="normal", loc="center")
+
+
+def freeze_layout(fig) -> None:
+    """Lay the figure out once and keep it: a widget's redraws then skip the layout pass.
+
+    Only for figures whose text does not grow between frames."""
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")
+
+
+def colorbar(fig, image, ax, label: str, **kwargs):
+    """A colour bar beside `ax` (one axes or a list) with its label in the course style."""
+    bar = fig.colorbar(image, ax=ax, **kwargs)
+    bar.set_label(label, fontsize=LABEL_PT)
+    bar.ax.tick_params(labelsize=TICK_PT)
+    return bar
+
+
+def attention_heatmap(ax, weights, query_tokens=None, key_tokens=None, masked=None, *,
+                      title_text: str = "", colorbar_: bool = True, xlabel: str = KEY_LABEL,
+                      ylabel: str = QUERY_LABEL):
+    """The one attention-map look on `ax`; returns the image artist (keep it for `set_data`).
+
+    weights: (Lq, Lk), drawn on a fixed 0-1 viridis scale, queries down, keys across.
+    masked: (Lq, Lk) bool (True = masked) or None; masked cells, and NaN weights (fully
+    masked rows), are drawn grey, not as a weight of 0. Tokens label both axes.
+    """
+    image = ax.imshow(masked_weights(weights, masked), cmap=ATTENTION_CMAP, vmin=0.0, vmax=1.0,
+                      interpolation="nearest", aspect="auto")
+    if key_tokens is not None:
+        ax.set_xticks(range(len(key_tokens)), labels=list(key_tokens), rotation=90)
+    if query_tokens is not None:
+        ax.set_yticks(range(len(query_tokens)), labels=list(query_tokens))
+    ax.tick_params(length=0, labelsize=TICK_PT)
+    ax.set_xlabel(xlabel, fontsize=LABEL_PT)
+    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
+    if title_text:
+        title(ax, title_text)
+    if colorbar_:
+        colorbar(ax.figure, image, ax, ATTENTION_CBAR_LABEL, ticks=[0, 0.5, 1])
+    return image
+
+
+def masked_weights(weights, masked=None) -> np.ma.MaskedArray:
+    """(Lq, Lk) weights -> a masked array: `masked` cells (True) and NaNs become "bad"."""
+    values = _numpy(weights)
+    bad = np.isnan(values)
+    if masked is not None:
+        bad = bad | _numpy(masked).astype(bool)
+    return np.ma.masked_array(np.nan_to_num(values), mask=bad)

@@ -24,6 +24,8 @@ from .language_model import (LMConfig, baseline_loss, bigram_log_probs, build_ch
                              decode_chars, decoder_block, encode_chars, init_lm_params,
                              lm_attention_weights, lm_eval_loss, lm_forward, lm_loss, make_corpus,
                              perplexity, random_windows, train_lm, unigram_log_probs)
+from .generation import (cached_self_attention, generate, greedy_next_token, lm_step,
+                         next_token_probs, sample_next_token, top_k_filter, top_p_filter)
 
 import types as _types
 

@@ -4,8 +4,16 @@ The tests compare tfmlib with PyTorch's own implementations in float64 on small,
 awkward sizes (odd batch, Lq != Lk, d_v != d_k), so that a wrong axis or a wrong
 scale cannot hide behind a square shape or behind float32 rounding.
 """
+import os
+import tempfile
+
 import pytest
 import torch
+
+# check() records a learner's answers in a progress file (tfmlib.exercises.progress), by
+# default in the home folder: a test run must never write there.
+os.environ["TFMLIB_PROGRESS"] = os.path.join(tempfile.mkdtemp(prefix="tfmlib-test-progress-"),
+                                             "progress.json")
 
 # The tests run on a small shared CPU: one intra-op thread per process is much
 # faster for these tiny tensors than several threads fighting over two cores

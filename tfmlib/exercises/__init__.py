@@ -3,10 +3,12 @@
     from tfmlib.exercises import check, solution
     check("scaled_dot_product_attention", my_attention)   # PASS / TODO / FAIL with a diagnosis
     solution("scaled_dot_product_attention")              # reveals the reference, on purpose
+    progress()                                            # which exercises you passed, per notebook
 
 Each topic module registers its exercises and catalogued mistakes on import.
 """
 from .core import REGISTRY, Case, CheckResult, Exercise, Mistake, check, register, solution
+from .tracker import progress, reset_progress
 
 
 def exercise_names() -> list[str]:

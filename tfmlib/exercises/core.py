@@ -47,6 +47,8 @@ from typing import Any
 
 import torch
 
+from . import tracker
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
@@ -297,6 +299,10 @@ class CheckResult:
     def __bool__(self) -> bool:
         return self.status == "passed"
 
+    def as_dict(self) -> dict:
+        """The result for a program (an autograder, the progress file): no text to parse."""
+        return {**dataclasses.asdict(self), "passed": bool(self)}
+
     def __str__(self) -> str:
         tag = _STYLE[self.status][2]
         text = f"[{tag}] {self.name}: {self.message}"
@@ -336,7 +342,10 @@ def check(name: str, fn, cases: list[Case] | None = None) -> CheckResult:
     try:
         # The cases are tiny: extra threads only cost time, and a lot of it on a busy CPU.
         torch.set_num_threads(1)
-        return _check(name, fn, cases)
+        result = _check(name, fn, cases)
+        if cases is None:  # a learner's call, not a test judging on cases of its own
+            tracker.record(result, fn)  # never raises
+        return result
     except Exception as error:  # the checker's own bug, or an output too odd to compare
         return CheckResult(str(name), "failed", "the checker itself failed on this answer",
                            f"{type(error).__name__}: {error}\n"

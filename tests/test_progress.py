@@ -1,0 +1,175 @@
+"""Progress for self-study: check() records each answer in a small file, progress() shows it.
+
+Every test points TFMLIB_PROGRESS at its own temporary file (tests/conftest.py also points it
+away from the user's home for the whole run).
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import tfmlib
+from tfmlib.exercises import REGISTRY, check, progress, reset_progress, tracker
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def progress_file(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "deep" / "folder" / "progress.json"   # check must create the folders
+    monkeypatch.setenv("TFMLIB_PROGRESS", str(path))
+    return path
+
+
+def my_padding_mask(token_ids, pad_id):
+    return (token_ids != pad_id)[:, None, None, :]
+
+
+def my_causal_mask(seq_len):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).triu()[None, None]   # the future, not the past
+
+
+def my_target_mask(token_ids, pad_id):
+    ...  # your code here
+
+
+def states(view) -> dict[str, str]:
+    return {row.exercise: row.state for row in view.rows}
+
+
+def test_passed_failed_and_not_tried_per_exercise(progress_file):
+    check("padding_mask", my_padding_mask)
+    check("causal_mask", my_causal_mask)
+    check("target_mask", my_target_mask)   # the untouched stub: not an attempt
+    view = progress()
+    assert states(view)["padding_mask"] == "passed"
+    assert states(view)["causal_mask"] == "failed"
+    assert states(view)["target_mask"] == "not tried"
+    assert set(states(view)) == set(REGISTRY)
+    assert view.counts() == {"passed": 1, "failed": 1, "not tried": len(REGISTRY) - 2}
+    text = str(view)
+    assert re.search(r"^04_masks\s+padding_mask\s+PASS$", text, re.M), text
+    assert re.search(r"^\s+causal_mask\s+FAIL  looks like a classic mistake", text, re.M), text
+    assert f"1 of {len(REGISTRY)} exercises passed" in text.splitlines()[0]
+    assert "<td><code>causal_mask</code></td>" in view._repr_html_()
+
+
+def test_the_file_holds_the_machine_readable_result(progress_file):
+    result = check("causal_mask", my_causal_mask)
+    entry = json.loads(progress_file.read_text())["exercises"]["causal_mask"]
+    assert {key: entry[key] for key in result.as_dict()} == result.as_dict()
+    assert entry["passed"] is False and entry["status"] == "mistake" and entry["mistake"] == result.mistake
+    assert entry["runs"] == 1 and entry["ever_passed"] is False
+
+
+def test_a_pass_stays_passed_after_a_later_failure(progress_file):
+    check("padding_mask", my_padding_mask)
+    check("padding_mask", lambda ids, pad: None)   # not a my_ answer: not recorded at all
+    def my_padding_mask_broken(token_ids, pad_id):
+        return None
+    check("padding_mask", my_padding_mask_broken)
+    entry = json.loads(progress_file.read_text())["exercises"]["padding_mask"]
+    assert entry["runs"] == 2 and entry["status"] == "failed" and entry["ever_passed"] is True
+    assert states(progress())["padding_mask"] == "passed"
+
+
+def test_only_the_learners_own_calls_are_recorded(progress_file):
+    check("padding_mask", tfmlib.padding_mask)                               # not a my_ function
+    check("padding_mask", my_padding_mask, REGISTRY["padding_mask"].make_cases())  # a test's own cases
+    check("no_such_exercise", my_padding_mask)
+    assert not progress_file.exists()
+
+
+def test_each_exercise_is_shown_under_the_notebook_that_checks_it():
+    checked = {}
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for name in re.findall(r'^check\("(\w+)", \(?my_', cell.source, re.M):
+                checked[name] = path.stem
+    assert len(checked) >= 33
+    assert {name: tracker.notebook_of(REGISTRY[name]) for name in checked} == checked
+
+
+def test_a_corrupt_file_is_replaced_and_never_breaks_a_check(progress_file):
+    progress_file.parent.mkdir(parents=True)
+    for garbage in ("{not json", "[1, 2]", '{"format": 1, "exercises": [3]}', ""):
+        progress_file.write_text(garbage)
+        assert states(progress())["padding_mask"] == "not tried"
+        assert check("padding_mask", my_padding_mask)
+        assert states(progress())["padding_mask"] == "passed"
+
+
+def test_a_read_only_folder_never_breaks_a_check(progress_file, monkeypatch):
+    check("padding_mask", my_padding_mask)
+    def refuse(*args, **kwargs):   # what a read-only folder answers (root would not see it)
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(tracker.tempfile, "mkstemp", refuse)
+    before = progress_file.read_text()
+    assert not check("causal_mask", my_causal_mask)
+    assert progress_file.read_text() == before
+
+
+def test_an_unwritable_path_never_breaks_a_check_nor_changes_its_output(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("TFMLIB_PROGRESS", "")
+    expected = [str(check("causal_mask", my_causal_mask)), check("padding_mask", my_padding_mask)._repr_html_()]
+    monkeypatch.setenv("TFMLIB_PROGRESS", str(blocker / "progress.json"))   # its folder is a file
+    assert [str(check("causal_mask", my_causal_mask)),
+            check("padding_mask", my_padding_mask)._repr_html_()] == expected
+    assert states(progress())["padding_mask"] == "not tried"
+
+
+def test_an_empty_variable_switches_recording_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFMLIB_PROGRESS", "")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    check("padding_mask", my_padding_mask)
+    assert tracker.progress_path() is None and list(tmp_path.iterdir()) == []
+    assert "recording is off" in str(progress())
+
+
+def test_the_default_file_is_in_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("TFMLIB_PROGRESS", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert tracker.progress_path() == str(tmp_path / ".tfmlib" / "progress.json")
+
+
+def test_concurrent_writers_lose_no_record(progress_file):
+    class Result:   # a stand-in for CheckResult: record() only needs these
+        def __init__(self, name):
+            self.name, self.status = name, "failed"
+        def __bool__(self):
+            return False
+        def as_dict(self):
+            return {"name": self.name, "status": self.status}
+
+    names, rounds = sorted(REGISTRY)[:8], 10
+
+    def my_answer():
+        pass
+
+    def writer(name):
+        for _ in range(rounds):
+            tracker.record(Result(name), my_answer)
+
+    threads = [threading.Thread(target=writer, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    entries = json.loads(progress_file.read_text())["exercises"]
+    assert {name: entries[name]["runs"] for name in names} == {name: rounds for name in names}
+
+
+def test_reset_forgets_everything(progress_file):
+    check("padding_mask", my_padding_mask)
+    reset_progress()
+    assert not progress_file.exists()
+    assert progress().counts()["passed"] == 0
+    reset_progress()   # nothing to delete: no error

@@ -9,8 +9,10 @@
 #   make bench      python -m benchmarks
 #   make mutants    mutation test of the exercise checks; writes benchmarks/MUTANTS.md
 #   make execute    re-execute every notebook in place to refresh its stored outputs
+#   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt)
+#   make nbgrader-course  write the nbgrader course of the ten notebooks to nbgrader-course/
 #   make clean      remove caches and build artefacts (keeps .venv)
-#   make distclean  clean, and remove .venv too
+#   make distclean  clean, and remove .venv and .venv-teacher too
 #
 # Nothing outside .venv is used, except Debian's chromium for the browser test.
 
@@ -27,6 +29,10 @@ PY := $(BIN)/python
 # Touched after a successful install: pip only runs again when requirements.txt
 # or pyproject.toml is newer than it (or the venv was deleted).
 STAMP := $(VENV)/.requirements.stamp
+# The teachers' environment (make teacher): nbgrader and the course, apart from .venv.
+TEACHER_VENV ?= .venv-teacher
+TEACHER_BIN := $(abspath $(TEACHER_VENV))/bin
+TEACHER_STAMP := $(TEACHER_VENV)/.requirements.stamp
 
 # --- Tests -------------------------------------------------------------------
 # Tests run with PATH starting at the venv and with Jupyter, IPython and
@@ -36,7 +42,8 @@ STAMP := $(VENV)/.requirements.stamp
 TEST_HOME := $(CURDIR)/.cache/test-home
 TEST_ENV := env PATH="$(BIN):$$PATH" \
 	MPLCONFIGDIR="$(TEST_HOME)/matplotlib" IPYTHONDIR="$(TEST_HOME)/ipython" \
-	JUPYTER_CONFIG_DIR="$(TEST_HOME)/jupyter-config" JUPYTER_DATA_DIR="$(TEST_HOME)/jupyter-data"
+	JUPYTER_CONFIG_DIR="$(TEST_HOME)/jupyter-config" JUPYTER_DATA_DIR="$(TEST_HOME)/jupyter-data" \
+	TFMLIB_PROGRESS="$(TEST_HOME)/progress.json" TFMLIB_TEACHER_VENV="$(abspath $(TEACHER_VENV))"
 PYTEST := $(TEST_ENV) $(PY) -m pytest
 
 # nbval in strict mode: every stored output of every code cell is compared.
@@ -49,7 +56,7 @@ NOTEBOOKS_DIR := notebooks
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test unit notebooks browser bench mutants execute chromium clean distclean
+.PHONY: help install course test unit notebooks browser bench mutants execute chromium teacher nbgrader-course clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -69,6 +76,18 @@ $(STAMP): requirements.txt pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# The teachers' environment, apart from the learners' .venv: nbgrader brings a database layer,
+# the classic notebook server and JupyterLab extensions that learners never need.
+# After $(PY), which checks that BASE_PYTHON is Python >= 3.11.
+$(TEACHER_BIN)/python: | $(PY)
+	$(BASE_PYTHON) -m venv $(TEACHER_VENV)
+
+$(TEACHER_STAMP): requirements-teacher.txt pyproject.toml | $(TEACHER_BIN)/python
+	$(TEACHER_BIN)/python -m pip install -r requirements-teacher.txt
+	touch $@
+
+teacher: $(TEACHER_STAMP)
+
 # --- The README's two commands ----------------------------------------------
 # JupyterLab refuses to start as root unless told to (containers, cloud VMs).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
@@ -78,12 +97,12 @@ course: install
 
 # One pytest call selects tests/ through testpaths (pyproject.toml): the unit
 # tests and tests/browser/. The notebooks need --nbval, so they are a second call.
-test: install chromium
+test: install teacher chromium
 	$(PYTEST)
 	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(NOTEBOOKS_DIR)/
 
 # --- Pieces ------------------------------------------------------------------
-unit: install
+unit: install teacher
 	$(PYTEST) --ignore=tests/browser
 
 notebooks: install
@@ -103,6 +122,11 @@ mutants: install
 execute: install
 	$(TEST_ENV) $(BIN)/jupyter execute --inplace $(NOTEBOOKS_DIR)/[0-9][0-9]_*.ipynb \
 	  $(wildcard $(NOTEBOOKS_DIR)/bonus/*.ipynb)
+
+# The nbgrader course of all ten notebooks (teacher/make_nbgrader_course.py); nbgrader's own
+# commands run in that folder, with .venv-teacher/bin first on PATH (README, "For teachers").
+nbgrader-course: teacher
+	$(TEACHER_BIN)/python teacher/make_nbgrader_course.py
 
 # Debian's chromium for the browser test (never `playwright install`, which
 # downloads a browser build of its own).
@@ -125,7 +149,7 @@ chromium:
 # --- Cleaning ----------------------------------------------------------------
 clean:
 	rm -rf .cache .pytest_cache build dist *.egg-info tests/browser/screenshots
-	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(TEACHER_VENV) \) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(TEACHER_VENV)

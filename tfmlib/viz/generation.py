@@ -17,7 +17,6 @@ from ..generation import lm_step, next_token_probs, top_k_filter, top_p_filter
 from ..language_model import LMConfig, lm_forward
 from . import style
 from .common import Explorer
-from .textcache import cache_text
 
 SAMPLES = 24       # tokens the widget draws from the filtered distribution
 GHOST = "#c8c8c8"  # the bars before a filter, behind the ones after it
@@ -157,7 +156,6 @@ class FilterExplorer(Explorer):
         controls = [self.temperature, self.k, self.p]
         # Axes, ticks and labels never change (one background); bars and titles move.
         self._build(fig, self.panels.moving, controls, [widgets.HBox(controls), self.samples])
-        cache_text(self.frames.canvas.get_renderer())
         self.update()
 
     def update(self, temperature=None, k=None, p=None) -> None:

@@ -654,10 +654,16 @@ def _compare_values(expected, actual, exercise: Exercise, path: str = "output") 
                 f"got {type(actual).__name__} ({_short(actual)})")
     if isinstance(expected, float):
         return None if abs(expected - actual) <= exercise.atol + exercise.rtol * abs(expected) \
-            else f"{path}: expected {expected:.6g}, got {actual:.6g}"
+            else f"{path}: expected {_digits_that_differ(expected, actual)}"
     if expected == actual:
         return None
     return f"{path}: expected {_short(expected, 120)}, got {_short(actual, 120)}"
+
+
+def _digits_that_differ(expected: float, actual: float) -> str:
+    """'E, got A' with 6 significant digits, or as many more as it takes to tell them apart."""
+    digits = next((d for d in range(6, 17) if f"{expected:.{d}g}" != f"{actual:.{d}g}"), 17)
+    return f"{expected:.{digits}g}, got {actual:.{digits}g}"
 
 
 def _a(noun: str) -> str:

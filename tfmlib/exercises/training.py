@@ -261,7 +261,19 @@ def _smoothing_cases() -> list[Case]:
                         g, lengths=[[3, 2], [1, 3]], dtype=torch.float64),
         Case("logits hundreds apart (a very confident model), smoothing 0.1",
              (confident, torch.tensor([0, 2, 3]), 0.1, -100)),
+        _without_ignore_index(_smoothing_case(
+            "ignore_index not given: -100 (F.cross_entropy's default) is ignored, class 0 is scored",
+            (2, 6), 5, 0.2, -100, g, lengths=[6, 3])),
     ]
+
+
+def _without_ignore_index(case: Case) -> Case:
+    """The same call, ignore_index left at the function's default (the case pads with -100),
+    and the first label made 0, a class to score like any other."""
+    logits, labels, smoothing, _ = case.args
+    labels = labels.clone()
+    labels[(0,) * labels.dim()] = 0
+    return Case(case.label, (logits, labels, smoothing))
 
 
 def _smoothing_random_cases(seed: int) -> list[Case]:
@@ -300,9 +312,12 @@ def _target_distribution(log_probs, labels, smoothing, convention, ignore_index)
         return (1 - smoothing) * one_hot + smoothing / vocab * others
     if convention == "V - 1":   # fairseq's label_smoothed_nll_loss
         return (1 - smoothing) * one_hot + smoothing / (vocab - 1) * others
-    if convention == "annotated transformer":   # smoothing / (V - 2), nothing on the <pad> column
+    if convention.startswith("annotated transformer"):   # smoothing / (V - 2), nothing on <pad>
         dist = (1 - smoothing) * one_hot + smoothing / (vocab - 2) * others
-        dist[..., ignore_index] = 0
+        if convention.endswith("column 0"):       # <pad> = 0 written in
+            dist[..., 0] = 0
+        elif not convention.endswith("guarded") or 0 <= ignore_index < vocab:
+            dist[..., ignore_index] = 0           # unguarded, -100 raises an IndexError
         return dist
     if convention == "swapped":
         return smoothing * one_hot + (1 - smoothing) / vocab
@@ -381,7 +396,10 @@ register(Exercise(
                 "a different convention from PyTorch's: F.cross_entropy's label_smoothing gives every "
                 "class, <pad> included, smoothing / V and keeps 1 - smoothing on the label",
                 _smoothing_variant(convention="annotated transformer"),
-                also=(_smoothing_variant(convention="annotated transformer", kl=True),)),
+                also=(_smoothing_variant(convention="annotated transformer", kl=True),
+                      _smoothing_variant(convention="annotated transformer, column 0"),
+                      _smoothing_variant(convention="annotated transformer, guarded"),
+                      _smoothing_variant(convention="annotated transformer, guarded", kl=True))),
         Mistake("KL divergence instead of cross-entropy: lower by the target's entropy",
                 "nn.KLDivLoss subtracts the smoothed target's own entropy, a constant: same gradient, "
                 "but F.cross_entropy's label_smoothing reports the cross-entropy itself",

@@ -204,7 +204,7 @@ def time_per_token(params: dict, config: LMConfig, lengths, use_cache: bool, bat
 
 def plot_time_per_token(lengths, cached_s, uncached_s):
     """Milliseconds per new token against the length so far, with and without the cache: on
-    linear axes, and on log-log axes with guides of slope 1 (grows like L) and 2 (like L^2)."""
+    linear axes, and on log-log axes with grey guides of slope 1 (grows like L) and 2 (L^2)."""
     fig, (linear_ax, log_ax) = style.new_figure(3.4, style.COLUMN_IN, 1, 2)
     lengths = np.asarray(lengths, dtype=float)
     series = [("without the cache: lm_forward on all L + 1", np.asarray(uncached_s) * 1e3),
@@ -214,16 +214,14 @@ def plot_time_per_token(lengths, cached_s, uncached_s):
             ax.plot(lengths, ms, label=label, markersize=4, **style.line_style(i))
         ax.set_xlabel("tokens so far, L")
     last = series[0][1][-1]
-    for power, name in ((1, "~ L"), (2, "~ L\u00b2")):
-        guide = last * (lengths / lengths[-1]) ** power
-        log_ax.plot(lengths, guide, color=style.GUIDE_COLOUR, linestyle=":", linewidth=1)
-        log_ax.annotate(name, (lengths[0], guide[0]), textcoords="offset points", xytext=(4, 0),
-                        fontsize=style.TICK_PT, color=style.GUIDE_COLOUR, va="center")
+    for power, dashes in ((1, ":"), (2, "-.")):   # guides through the last point
+        log_ax.plot(lengths, last * (lengths / lengths[-1]) ** power, color=style.GUIDE_COLOUR,
+                    linestyle=dashes, linewidth=1)
     log_ax.set_xscale("log", base=2)
     log_ax.set_yscale("log")
     linear_ax.set_ylim(bottom=0)
     linear_ax.set_ylabel("milliseconds per new token")
-    linear_ax.legend(loc="upper left")
+    linear_ax.legend(loc="center left")
     style.title(linear_ax, "time per new token")
-    style.title(log_ax, "the same, log-log (dotted: slopes 1 and 2)")
+    style.title(log_ax, "log-log; grey: dotted ~ L, dash-dot ~ L\u00b2")
     return fig

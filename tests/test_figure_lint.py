@@ -27,7 +27,7 @@ from tfmlib.viz.style import (COLUMN_IN, DIVERGING_CMAP, MASK_CMAP, attention_he
 ROOT = Path(__file__).resolve().parents[1]
 #: Notebooks whose figures and widget frames must pass the lint; the others join as their
 #: figures move to the course style (issue 12: 02-05 in part A, 06-10 in part B).
-LINTED_NOTEBOOKS = ["01_shapes"]
+LINTED_NOTEBOOKS = ["01_shapes", "02_tokenization", "03_embeddings", "04_masks", "05_attention"]
 
 
 @pytest.fixture(autouse=True)
@@ -74,10 +74,23 @@ def test_overlapping_tick_labels_are_caught():
     assert "tick labels overlap" in _one_problem(fig, "tick labels overlap")
 
 
-def test_rotated_tick_labels_are_not_counted_as_overlapping():
+def test_upright_tick_labels_turned_by_90_degrees_fit_where_flat_ones_overlap():
     fig, ax = new_figure(3, width=3)
     ax.set_xticks(range(8), labels=[f"token_{i}" for i in range(8)], rotation=90)
     assert lint_figure(fig) == []
+
+
+def test_slanted_labels_are_not_counted_as_overlapping():
+    fig, ax = new_figure(3, width=3)
+    ax.set_xticks(range(8), labels=[f"token_{i}" for i in range(8)], rotation=45, ha="right")
+    assert not [p for p in lint_figure(fig) if "overlap" in p]   # boxes overlap, glyphs do not
+
+
+def test_titles_that_run_into_each_other_are_caught():
+    fig, axes = new_figure(3, ncols=3)
+    for ax in axes:
+        ax.set_title("a title far too long for its narrow panel")
+    assert "texts overlap" in _one_problem(fig, "texts overlap")
 
 
 def test_an_axis_label_over_the_tick_labels_is_caught():
@@ -92,6 +105,18 @@ def test_tick_labels_outside_the_view_are_not_counted():
     fig, ax = new_figure(3)
     ax.set_xticks(range(100), labels=[str(i) for i in range(100)])   # 100 labels made ...
     ax.set_xlim(-0.5, 4.5)                                          # ... 5 of them drawn
+    assert lint_figure(fig) == []
+
+
+def test_a_legend_over_a_data_point_or_a_note_is_caught():
+    fig, ax = new_figure(3)
+    ax.plot([0, 1, 2], [2, 1, 0], "o-", label="falling")
+    ax.text(1.9, 1.8, "a note")
+    ax.legend(loc="upper left")
+    assert "'falling'" in _one_problem(fig, "legend covers a point")
+    ax.get_legend().set_loc("upper right")
+    assert "'a note'" in _one_problem(fig, "legend covers the text")
+    ax.get_legend().set_loc("lower left")
     assert lint_figure(fig) == []
 
 

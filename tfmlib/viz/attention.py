@@ -11,36 +11,46 @@ import html
 import math
 import time
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from .. import scaled_dot_product_attention
-from .common import Explorer, heatmap, panel_row
+from . import style
+from .common import Explorer, panel_row
+from .style import (ATTENTION_CBAR_LABEL, GUIDE_COLOUR, PALETTE, TICK_PT, TITLE_PT, attention_heatmap,
+                    figure, freeze_layout, masked_weights, new_figure)
 
 #: The d_k values offered by the explorer: powers of 2 from 2 to 512.
 D_K_CHOICES = tuple(2 ** i for i in range(1, 10))
-SCALED_COLOR, UNSCALED_COLOR = "#1f77b4", "#d62728"
+SCALED_COLOR, UNSCALED_COLOR = PALETTE[0], PALETTE[1]   # and solid vs dashed, circle vs square
 
 
-def attention_heatmaps(weights: torch.Tensor, tokens, titles=None, suptitle: str = "",
-                       panel_size: float = 3.6, annotate: bool = False):
-    """One labelled heatmap per sample: weights (B, Lq, Lk), rows = queries, columns = keys."""
+def masked_keys(mask, shape) -> torch.Tensor | None:
+    """A may-attend mask (True = may attend) that broadcasts to `shape` -> True where masked."""
+    return None if mask is None else ~torch.broadcast_to(mask.bool(), shape)
+
+
+def attention_heatmaps(weights: torch.Tensor, tokens, mask=None, titles=None, suptitle: str = "",
+                       height: float = 3.6):
+    """One labelled heatmap per sample: weights (B, Lq, Lk), rows = queries, columns = keys.
+
+    mask: None, or the may-attend mask that made the weights (e.g. (B, 1, Lk)): its masked
+    keys are drawn grey, not as a weight of 0.
+    """
     if weights.dim() != 3:
         raise ValueError(f"weights: expected (B, Lq, Lk), got shape {tuple(weights.shape)}")
     batch = weights.size(0)
-    fig, axes = panel_row(batch, panel_size)
+    masked = masked_keys(mask, weights.shape)                     # (B, Lq, Lk) or None
+    fig, axes = panel_row(batch, height)
     titles = titles or [f"sample {b}" for b in range(batch)]
     image = None
     for b, ax in enumerate(axes):
-        image = heatmap(ax, weights[b], x_labels=tokens[b], y_labels=tokens[b], title=titles[b],
-                        xlabel="key (the token looked at)",
-                        ylabel="query (the token looking)" if b == 0 else "",
-                        vmin=0, vmax=1, colorbar=False, annotate=annotate)
-    bar = fig.colorbar(image, ax=axes, fraction=0.025, pad=0.02)
-    bar.set_label("attention weight (each row sums to 1)")
+        image = attention_heatmap(ax, weights[b], tokens[b], tokens[b],
+                                  None if masked is None else masked[b], title_text=titles[b],
+                                  colorbar_=False, ylabel=style.QUERY_LABEL if b == 0 else "")
+    style.colorbar(fig, image, axes, ATTENTION_CBAR_LABEL, ticks=[0, 0.5, 1], aspect=25)
     if suptitle:
-        fig.suptitle(suptitle)
+        fig.suptitle(suptitle, fontsize=TITLE_PT)
     return fig
 
 
@@ -91,7 +101,7 @@ def saturation_sweep(x: torch.Tensor, mask: torch.Tensor, d_ks=D_K_CHOICES, draw
     """
     rows = mask[:, 0, :]                                           # (B, L): real query rows
     visible = mask.expand(-1, x.size(1), -1).sum(-1).float()       # (B, L): keys per row
-    sweep = {"d_k": list(d_ks), "weights": {},
+    sweep = {"d_k": list(d_ks), "weights": {}, "mask": mask,
              "uniform_bits": float(torch.log2(visible[rows]).mean())}
     seeds = range(seed, seed + draws)
     for scaled in (True, False):
@@ -107,78 +117,79 @@ def saturation_sweep(x: torch.Tensor, mask: torch.Tensor, d_ks=D_K_CHOICES, draw
 
 def _curve_axes(ax, sweep: dict, key: str, ylabel: str, title: str) -> None:
     d_ks = sweep["d_k"]
-    ax.plot(d_ks, sweep["scaled"][key], "o-", color=SCALED_COLOR, ms=4,
+    ax.plot(d_ks, sweep["scaled"][key], "o-", color=SCALED_COLOR, ms=5,
             label="scores / sqrt(d_k)")
-    ax.plot(d_ks, sweep["unscaled"][key], "s--", color=UNSCALED_COLOR, ms=4,
+    ax.plot(d_ks, sweep["unscaled"][key], "s--", color=UNSCALED_COLOR, ms=5,
             label="no scaling")
     ax.set_xscale("log", base=2)
-    ax.set_xticks(d_ks, labels=[str(d) for d in d_ks], fontsize=8)
+    ax.set_xticks(d_ks, labels=[str(d) for d in d_ks])
+    ax.minorticks_off()
     ax.set_xlabel("d_k (size of each query and key vector)")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    style.title(ax, title)
+    style.style_axes(ax)
     ax.grid(alpha=0.3)
 
 
 def _decorate_max_weight(ax) -> None:
     ax.set_ylim(0, 1.05)
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-    ax.text(2, 1.0, " one-hot", va="bottom", fontsize=8, color="grey")
+    ax.text(2, 0.98, " one-hot", va="top", fontsize=TICK_PT, color=GUIDE_COLOUR)
 
 
 def _decorate_entropy(ax, sweep: dict) -> None:
     top = sweep["uniform_bits"]
-    ax.set_ylim(0, top * 1.12)
-    ax.axhline(top, color="grey", lw=0.8, ls=":")
-    ax.text(2, top, " spread evenly", va="bottom", fontsize=8, color="grey")
-    ax.axhline(0, color="grey", lw=0.8, ls=":")
+    ax.set_ylim(0, top * 1.15)
+    ax.axhline(top, color=GUIDE_COLOUR, lw=0.8, ls=":")
+    ax.text(2, top, " spread evenly", va="bottom", fontsize=TICK_PT, color=GUIDE_COLOUR)
+    ax.axhline(0, color=GUIDE_COLOUR, lw=0.8, ls=":")
 
 
-def plot_saturation(sweep: dict, figsize=(10, 3.6)):
+def plot_saturation(sweep: dict, height: float = 3.6):
     """Two panels against d_k, with and without scaling: mean max weight, mean entropy."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
+    fig, (left, right) = new_figure(height, ncols=2)
     _curve_axes(left, sweep, "max_weight", "mean of each row's largest weight",
                 "largest weight in a row")
     _decorate_max_weight(left)
     _curve_axes(right, sweep, "entropy", "mean row entropy (bits)", "entropy of a row")
     _decorate_entropy(right, sweep)
-    right.legend(loc="lower left", fontsize=8)
+    right.legend(loc="lower left")
     return fig
 
 
 class _SaturationPanels:
     """Heatmap of one sample beside the two curves; only the image and the markers change."""
 
-    def __init__(self, sweep: dict, tokens, sample: int):
+    def __init__(self, sweep: dict, tokens, sample: int, pyplot: bool = True):
         self.sweep, self.sample = sweep, sample
-        self.fig = plt.figure(figsize=(10.5, 4.0))
-        grid = self.fig.add_gridspec(1, 3, width_ratios=(1.15, 1, 1), left=0.08, right=0.98,
-                                     bottom=0.22, top=0.86, wspace=0.42)
-        ax_map = self.fig.add_subplot(grid[0])
-        ax_max = self.fig.add_subplot(grid[1])
-        ax_ent = self.fig.add_subplot(grid[2])
+        self.fig = figure(5.6, pyplot=pyplot)
+        grid = self.fig.add_gridspec(2, 2, width_ratios=(1.15, 1))
+        ax_map = self.fig.add_subplot(grid[:, 0])
+        ax_max = self.fig.add_subplot(grid[0, 1])
+        ax_ent = self.fig.add_subplot(grid[1, 1], sharex=ax_max)
         length = len(tokens)
-        self.image = heatmap(ax_map, np.zeros((length, length)), x_labels=tokens,
-                             y_labels=tokens, title=f"attention weights, sample {sample}",
-                             xlabel="key (the token looked at)",
-                             ylabel="query (the token looking)", vmin=0, vmax=1,
-                             cbar_label="weight (rows sum to 1)")
-        ax_map.title.set_fontsize(10)
-        _curve_axes(ax_max, sweep, "max_weight", "mean of each row's largest weight",
+        masked = masked_keys(sweep.get("mask"), (len(sweep["weights"][(sweep["d_k"][0], True)]),
+                                                 length, length))
+        self.masked = None if masked is None else masked[sample]          # (L, L)
+        self.image = attention_heatmap(ax_map, np.zeros((length, length)), tokens, tokens,
+                                       self.masked, title_text=f"attention weights, sample {sample}")
+        _curve_axes(ax_max, sweep, "max_weight", "mean largest weight",
                     "largest weight in a row (batch mean)")
+        ax_max.set_xlabel("")                                  # the panel below names d_k
         _decorate_max_weight(ax_max)
-        _curve_axes(ax_ent, sweep, "entropy", "mean row entropy (bits)",
+        _curve_axes(ax_ent, sweep, "entropy", "mean entropy (bits)",
                     "entropy of a row (batch mean)")
         _decorate_entropy(ax_ent, sweep)
         (self.max_marker,) = ax_max.plot([], [], "o", ms=13, mfc="none", mec="black", mew=2,
                                          label="current setting", zorder=5)
         (self.ent_marker,) = ax_ent.plot([], [], "o", ms=13, mfc="none", mec="black", mew=2,
                                          label="current setting", zorder=5)
-        ax_ent.legend(loc="lower left", fontsize=8)
+        ax_ent.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)  # off the data
         self.axes = (ax_map, ax_max, ax_ent)
 
     def draw(self, d_k: int, scaled: bool) -> torch.Tensor:
         weights = self.sweep["weights"][(d_k, scaled)]                   # (B, L, L)
-        self.image.set_data(weights[self.sample].numpy())
+        self.image.set_data(masked_weights(weights[self.sample], self.masked))
         curves = self.sweep["scaled" if scaled else "unscaled"]
         i = self.sweep["d_k"].index(d_k)
         self.max_marker.set_data([d_k], [curves["max_weight"][i]])
@@ -203,7 +214,7 @@ def saturation_figure(sweep: dict, tokens, d_k: int = 16, scaled: bool = True, s
     """Static figure of the explorer at one setting (for readers without widgets)."""
     panels = _SaturationPanels(sweep, tokens, sample)
     panels.draw(d_k, scaled)
-    panels.fig.suptitle(describe_setting(sweep, d_k, scaled), fontsize=10)
+    panels.fig.suptitle(describe_setting(sweep, d_k, scaled).replace(":  ", ":\n", 1), fontsize=TITLE_PT)
     return panels.fig
 
 
@@ -219,8 +230,8 @@ class SaturationExplorer(Explorer):
         import ipywidgets as widgets
 
         self.sweep = sweep
-        self.panels = _SaturationPanels(sweep, tokens, sample)
-        plt.close(self.panels.fig)  # shown only as the widget's PNG, never by the inline backend
+        self.panels = _SaturationPanels(sweep, tokens, sample, pyplot=False)  # shown as the PNG
+        freeze_layout(self.panels.fig)         # the labels never change: lay out once
         self.d_k_slider = widgets.SelectionSlider(options=list(sweep["d_k"]), value=d_k,
                                                   description="d_k",
                                                   layout=widgets.Layout(width="420px"))
@@ -252,7 +263,7 @@ def saturation_explorer(sweep: dict, tokens, sample: int = 0, **kwargs) -> Satur
 # ---- the cost of attention (section 9) --------------------------------------------------------
 
 #: Okabe-Ito colours, told apart with any colour vision: tfmlib, PyTorch's fused kernel, guides.
-TFMLIB_COLOR, FUSED_COLOR, GUIDE_COLOR = "#D55E00", "#0072B2", "#666666"
+TFMLIB_COLOR, FUSED_COLOR, GUIDE_COLOR = PALETTE[1], PALETTE[0], GUIDE_COLOUR
 
 
 def format_bytes(count: int) -> str:
@@ -323,12 +334,12 @@ def _length_axis(ax, lengths) -> None:
     ax.grid(alpha=0.3)
 
 
-def plot_attention_cost(timings: dict, longest: int = 16384, figsize=(8.6, 3.8)):
+def plot_attention_cost(timings: dict, longest: int = 16384, height: float = 4.4):
     """Left: measured time against L, tfmlib and F.sdpa, with an L² guide. Right: the bytes
     that grow with L, tfmlib's (B, H, L, L) weights against the fused kernel's block."""
     batch, heads, d_k = timings["batch"], timings["heads"], timings["d_k"]
     measured = np.array(timings["length"])
-    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
+    fig, (ax_time, ax_mem) = new_figure(height, ncols=2)
 
     ours, theirs = 1e3 * np.array(timings["tfmlib"]), 1e3 * np.array(timings["torch"])
     ax_time.plot(measured, ours, "o-", color=TFMLIB_COLOR, label="tfmlib")
@@ -341,9 +352,9 @@ def plot_attention_cost(timings: dict, longest: int = 16384, figsize=(8.6, 3.8))
     ax_time.set_yticks(ticks, labels=[f"{t:g}" for t in ticks])
     ax_time.minorticks_off()
     ax_time.set_ylabel("time of one call (ms, best of a few)")
-    ax_time.set_title(f"time, B={batch} H={heads} d_k={d_k}, one thread", fontsize=10)
+    style.title(ax_time, f"time, B={batch} H={heads} d_k={d_k}, one thread")
     _length_axis(ax_time, measured)
-    ax_time.legend(loc="upper left", fontsize=9)
+    ax_time.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))   # measured: may be anywhere
 
     lengths = 2 ** np.arange(int(np.log2(measured[0])), int(np.log2(longest)) + 1)
     ax_mem.plot(lengths, batch * heads * lengths ** 2 * 4.0, "-", color=TFMLIB_COLOR,
@@ -363,7 +374,7 @@ def plot_attention_cost(timings: dict, longest: int = 16384, figsize=(8.6, 3.8))
     ax_mem.set_yticks(ticks, labels=[format_bytes(t) for t in ticks])
     ax_mem.minorticks_off()
     ax_mem.set_ylabel("bytes (float32)")
-    ax_mem.set_title("memory that grows with L", fontsize=10)
+    style.title(ax_mem, "memory that grows with L")
     _length_axis(ax_mem, lengths[::2])
-    ax_mem.legend(loc="upper left", fontsize=9)
+    ax_mem.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))   # the lines fill the axes
     return fig

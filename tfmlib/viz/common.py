@@ -11,47 +11,48 @@ import contextlib
 import io
 import time
 
-import matplotlib.pyplot as plt
 import torch
 
-#: Widgets render at the inline backend's dpi: same font sizes as the static figures.
-DPI = 100
+from . import style
+from .style import DIVERGING_CMAP, DPI, SEQUENTIAL_CMAP, TICK_PT, new_figure, signed_limits, style_axes
 
 
 def heatmap(ax, matrix, x_labels=None, y_labels=None, *, title: str = "", xlabel: str = "",
-            ylabel: str = "", cbar_label: str = "", cmap: str = "viridis", vmin=None, vmax=None,
-            annotate: bool = False, colorbar: bool = True):
+            ylabel: str = "", cbar_label: str = "", cmap=SEQUENTIAL_CMAP, vmin=None, vmax=None,
+            signed: bool = False, annotate: bool = False, colorbar: bool = True):
     """Draw a 2-D tensor or array as a labelled heatmap on `ax`; returns the image artist.
 
-    Keep the returned artist and call `image.set_data(new)` to redraw fast in a widget.
+    `signed=True` draws signed values with the diverging map, centred at 0. Keep the
+    returned artist and call `image.set_data(new)` to redraw fast in a widget.
     """
     if isinstance(matrix, torch.Tensor):
         matrix = matrix.detach().cpu().float().numpy()
-    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    if signed:
+        cmap, (vmin, vmax) = DIVERGING_CMAP, signed_limits(matrix)
+    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     if x_labels is not None:
-        ax.set_xticks(range(len(x_labels)), labels=list(x_labels), rotation=45, ha="right")
+        ax.set_xticks(range(len(x_labels)), labels=list(x_labels), rotation=90)
     if y_labels is not None:
         ax.set_yticks(range(len(y_labels)), labels=list(y_labels))
-    ax.set_title(title)
+    style_axes(ax)
+    if title:
+        style.title(ax, title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if annotate:
         middle = (matrix.max() + matrix.min()) / 2
         for (row, col), value in _cells(matrix):
-            ax.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=7,
+            ax.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=TICK_PT,
                     color="white" if value < middle else "black")
     if colorbar:
-        bar = ax.figure.colorbar(image, ax=ax)
-        bar.set_label(cbar_label)
+        style.colorbar(ax.figure, image, ax, cbar_label)
     return image
 
 
-def panel_row(count: int, panel_size: float, extra=(1.2, 0.6)):
-    """A figure with one row of `count` panels of about `panel_size` inches, and `extra`
-    (width, height) inches for the labels and a shared colour bar; returns (fig, axes)."""
-    fig, axes = plt.subplots(1, count, figsize=(panel_size * count + extra[0], panel_size + extra[1]),
-                             squeeze=False, layout="constrained")
-    return fig, list(axes[0])
+def panel_row(count: int, height: float):
+    """A column-wide figure with one row of `count` panels, `height` inches tall; -> (fig, axes)."""
+    fig, axes = new_figure(height, ncols=count)
+    return fig, axes if count > 1 else [axes]
 
 
 def _cells(matrix):
@@ -107,7 +108,7 @@ class Frames:
             renderer = self.canvas.get_renderer()
             for artist in self.moving:
                 artist.draw(renderer)
-        return self._encode()
+        return self.encode()
 
     def _draw_background(self, key) -> None:
         # Moving artists are made transparent, not invisible: matplotlib still lays them
@@ -122,7 +123,7 @@ class Frames:
             del self.backgrounds[next(iter(self.backgrounds))]  # the oldest
         self.backgrounds[key] = self.canvas.copy_from_bbox(self.fig.bbox)
 
-    def _encode(self) -> bytes:
+    def encode(self) -> bytes:
         from PIL import Image
 
         buffer = io.BytesIO()

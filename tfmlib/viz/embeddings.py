@@ -4,13 +4,15 @@ from __future__ import annotations
 import html
 import time
 
-import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 import numpy as np
 import torch
 
 from ..embeddings import sinusoidal_positional_encoding
 from .common import Explorer, heatmap
+from . import style
+from .style import (DIVERGING_CMAP, ERROR_COLOUR, GUIDE_COLOUR, PALETTE, TICK_PT, figure, freeze_layout, line_style,
+                    new_figure, signed_limits, style_axes)
 
 D_MODEL_RANGE = (4, 128, 2)     # (min, max, step): sin/cos pairs need an even d_model
 MAX_LEN_RANGE = (8, 200, 1)
@@ -23,9 +25,9 @@ def _numpy(x) -> np.ndarray:
 def plot_pe_heatmap(pe, ax=None, title: str | None = None):
     """The (max_len, d_model) encoding as an image: positions down, dimensions across."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+        _, ax = new_figure(4.2, width=7)
     max_len, d_model = pe.shape
-    image = heatmap(ax, pe, cmap="RdBu_r", vmin=-1, vmax=1, cbar_label="PE value",
+    image = heatmap(ax, pe, cmap=DIVERGING_CMAP, vmin=-1, vmax=1, cbar_label="PE value",
                     xlabel="dimension (column of PE)", ylabel="position in the sentence",
                     title=title or f"sinusoidal PE, shape (max_len, d_model) = ({max_len}, {d_model})")
     return image
@@ -34,20 +36,20 @@ def plot_pe_heatmap(pe, ax=None, title: str | None = None):
 def plot_pe_curves(pe, dims=(0, 2, 4, 8), ax=None):
     """A few columns of PE as curves over position: each even column is a sine of its own period."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
+        _, ax = new_figure(3.6)
     values = _numpy(pe)
     max_len, d_model = values.shape
     positions = np.arange(max_len)
-    for d in dims:
+    for n, d in enumerate(dims):   # colour, line style and marker differ: no colour needed
         period = 2 * np.pi * 10000 ** ((d - d % 2) / d_model)
-        ax.plot(positions, values[:, d], marker="o", markersize=3,
+        ax.plot(positions, values[:, d], markersize=4, **line_style(n),
                 label=f"column {d} ({'sin' if d % 2 == 0 else 'cos'}, period {period:.1f})")
     ax.set_xlabel("position")
     ax.set_ylabel("PE value")
-    ax.set_ylim(-1.15, 1.6)
-    ax.set_title(f"columns of PE over position (d_model = {d_model}): low columns turn fast, "
-                 "high columns slowly", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right", ncol=2)
+    ax.set_ylim(-1.15, 1.75)
+    style.title(ax, f"columns of PE over position (d_model = {d_model}): low columns turn fast, "
+                    "high columns slowly")
+    ax.legend(loc="upper right", ncol=2)
     ax.grid(alpha=0.3)
     return ax
 
@@ -55,21 +57,21 @@ def plot_pe_curves(pe, dims=(0, 2, 4, 8), ax=None):
 def plot_pe_similarity(pe, anchors=(0, 10, 25), ax=None):
     """PE[p] . PE[p + k] against the offset k, one curve per anchor p: the curves coincide."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
+        _, ax = new_figure(3.4, width=7)
     values = _numpy(pe)
     max_len, d_model = values.shape
-    styles = [dict(linewidth=7, alpha=0.35, color="#1f77b4"),
-              dict(linewidth=3, linestyle="--", color="#ff7f0e"),
-              dict(linewidth=1.5, linestyle=":", color="#1a1a1a")]
+    # The curves lie on top of each other: widths and dashes keep each one visible.
+    styles = [dict(linewidth=7, alpha=0.35, color=PALETTE[0]),
+              dict(linewidth=3, linestyle="--", color=PALETTE[1]),
+              dict(linewidth=1.5, linestyle=":", color=PALETTE[6])]
     for n, p in enumerate(anchors):
         offsets = np.arange(max_len - p)
         dots = values[p + offsets] @ values[p]
         ax.plot(offsets, dots, label=f"anchor p = {p}", **styles[n % 3])
     ax.set_xlabel("offset k (distance between the two positions)")
     ax.set_ylabel("PE[p] · PE[p + k]")
-    ax.set_title(f"PE[p] · PE[p + k] depends only on the distance k  (d_model = {d_model})",
-                 fontsize=10)
-    ax.legend(fontsize=9)
+    style.title(ax, f"PE[p] · PE[p + k] depends only on the distance k  (d_model = {d_model})")
+    ax.legend()
     ax.grid(alpha=0.3)
     return ax
 
@@ -77,16 +79,16 @@ def plot_pe_similarity(pe, anchors=(0, 10, 25), ax=None):
 def plot_score_matrix(scores, ax=None, title: str = "", cbar_label: str = "q_m · k_n"):
     """An (L, L) matrix of query-key dot products, with its values written in the cells."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(5.4, 4.4), layout="constrained")
+        _, ax = new_figure(4.6, width=5.6)
     values = _numpy(scores)
     length = values.shape[0]
-    limit = float(np.abs(values).max())
     image = heatmap(ax, values, title=title, xlabel="key position n", ylabel="query position m",
-                    cmap="RdBu_r", vmin=-limit, vmax=limit, cbar_label=cbar_label)
-    ax.set_xticks(range(length))
+                    signed=True, cbar_label=cbar_label)
+    limit = signed_limits(values)[1]
+    ax.set_xticks(range(length), labels=range(length), rotation=0)
     ax.set_yticks(range(length))
     for (row, col), value in np.ndenumerate(values):
-        ax.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=8,
+        ax.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=TICK_PT,
                 color="white" if abs(value) > 0.6 * limit else "black")
     return image
 
@@ -95,34 +97,37 @@ def plot_score_matrix(scores, ax=None, title: str = "", cbar_label: str = "q_m �
 
 class PEPanels:
     """Two panels on `fig`: the PE heatmap with rows i and j marked, and PE[i] . PE[p] over p.
-    `draw(d_model, max_len, pos_i, pos_j)` redraws in place and returns (pe, dots)."""
+    `draw(d_model, max_len, pos_i, pos_j)` redraws in place and returns (pe, dots).
+
+    Rows i and j differ by line style and marker (solid and circle, dashed and square), so
+    no colour is needed to tell them apart.
+    """
 
     def __init__(self, fig):
-        fig.subplots_adjust(left=0.06, right=0.98, top=0.88, bottom=0.13, wspace=0.3)
         self.ax_map, self.ax_dot = fig.subplots(1, 2, width_ratios=(1.1, 1))
-        self.image = heatmap(self.ax_map, np.zeros((2, 2)), cmap="RdBu_r", vmin=-1, vmax=1,
+        self.image = heatmap(self.ax_map, np.zeros((2, 2)), cmap=DIVERGING_CMAP, vmin=-1, vmax=1,
                              cbar_label="PE value", xlabel="dimension (column of PE)",
                              ylabel="position (row of PE)")
-        self.image.set_interpolation("nearest")
-        self.row_i = self.ax_map.axhline(0, color="#1a1a1a", linewidth=2)
-        self.row_j = self.ax_map.axhline(0, color="#1f9e3a", linewidth=2, linestyle="--")
-        (self.curve,) = self.ax_dot.plot([], [], color="#555555", linewidth=1.5)
-        (self.mark_i,) = self.ax_dot.plot([], [], "o", color="#1a1a1a", markersize=7, label="p = i")
-        (self.mark_j,) = self.ax_dot.plot([], [], "s", color="#1f9e3a", markersize=8, label="p = j")
-        self.ax_dot.axhline(0, color="#999999", linewidth=0.8)
+        self.row_i = self.ax_map.axhline(0, color="black", linewidth=2)
+        self.row_j = self.ax_map.axhline(0, color="black", linewidth=2, linestyle=(0, (3, 2)))
+        (self.curve,) = self.ax_dot.plot([], [], color=GUIDE_COLOUR, linewidth=1.5)
+        (self.mark_i,) = self.ax_dot.plot([], [], "o", color="black", markersize=7,
+                                          label="p = i (solid)")
+        (self.mark_j,) = self.ax_dot.plot([], [], "s", mfc="none", mec="black", mew=2,
+                                          markersize=9, label="p = j (dashed)")
+        self.ax_dot.axhline(0, color=GUIDE_COLOUR, linewidth=0.8)
         self.ax_dot.set_xlabel("position p")
         self.ax_dot.set_ylabel("PE[i] · PE[p]")
         self.ax_dot.grid(alpha=0.3)
-        self.ax_dot.legend(loc="lower right", fontsize=9)
-        for ax in (self.ax_map, self.ax_dot):        # fixed title and label places: a redraw
-            ax.set_title(" ", fontsize=10, y=1.01)   # then skips measuring every tick label
-            ax.xaxis.set_label_coords(0.5, -0.1)
-            ax.yaxis.set_label_coords(-0.09, 0.5)
+        self.ax_dot.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # off the data
+        for ax in (self.ax_map, self.ax_dot):
+            style_axes(ax)
+            style.title(ax, " ")
             ax.xaxis.set_major_locator(MaxNLocator(6, integer=True))
             ax.yaxis.set_major_locator(MaxNLocator(6, integer=True))
         # What moves when only the positions change; everything else is the background.
         self.moving = [self.row_i, self.row_j, self.curve, self.mark_i, self.mark_j,
-                       self.ax_map.title, self.ax_dot.title]
+                       self.ax_dot.title]
 
     def draw(self, d_model: int, max_len: int, pos_i: int, pos_j: int):
         pe = sinusoidal_positional_encoding(max_len, d_model)                 # (max_len, d_model)
@@ -134,22 +139,21 @@ class PEPanels:
         self.ax_map.set_ylim(max_len - 0.5, -0.5)
         self.row_i.set_ydata([pos_i, pos_i])
         self.row_j.set_ydata([pos_j, pos_j])
-        self.ax_map.title.set_text(f"PE ({max_len}, {d_model});  solid line: row i = {pos_i},  "
-                                   f"dashed: row j = {pos_j}")
+        self.ax_map.title.set_text(f"PE, shape (max_len, d_model) = ({max_len}, {d_model})")
         self.curve.set_data(np.arange(max_len), dots)
         self.mark_i.set_data([pos_i], [dots[pos_i]])
         self.mark_j.set_data([pos_j], [dots[pos_j]])
         self.ax_dot.set_xlim(-0.5, max_len - 0.5)
         self.ax_dot.set_ylim(-0.55 * d_model, 0.62 * d_model)
-        self.ax_dot.title.set_text(f"PE[{pos_i}] · PE[{pos_j}] = {dots[pos_j]:.2f}   "
-                                   f"(distance |i - j| = {abs(pos_i - pos_j)})")
+        self.ax_dot.title.set_text(f"PE[{pos_i}] · PE[{pos_j}] = {dots[pos_j]:.2f}  "
+                                   f"(|i - j| = {abs(pos_i - pos_j)})")
         return pe, dots
 
 
 def plot_pe_explorer(d_model: int = 16, max_len: int = 50, pos_i: int = 10, pos_j: int = 14,
-                     figsize=(10.5, 4)):
+                     height: float = 4.2):
     """Static figure of the explorer's picture for one setting."""
-    fig = plt.figure(figsize=figsize)
+    fig = figure(height)
     PEPanels(fig).draw(d_model, max_len, pos_i, pos_j)
     return fig
 
@@ -165,10 +169,12 @@ class PositionalEncodingExplorer(Explorer):
 
     def __init__(self, d_model: int = 16, max_len: int = 50, pos_i: int = 10, pos_j: int = 14):
         import ipywidgets as widgets
-        from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(10.5, 4))  # outside pyplot: the inline backend never shows it
+        fig = figure(4.2, pyplot=False)  # outside pyplot: the inline backend never shows it
         self.panels = PEPanels(fig)
+        hi_d, hi_len = D_MODEL_RANGE[1], MAX_LEN_RANGE[1]
+        self.panels.draw(hi_d, hi_len, hi_len - 1, hi_len - 1)  # the widest labels there are ...
+        freeze_layout(fig)                                     # ... set the layout, once
         slider = dict(continuous_update=True, layout=widgets.Layout(width="340px"))
         lo, hi, step = D_MODEL_RANGE
         self.d_model_box = widgets.IntSlider(value=d_model, min=lo, max=hi, step=step,
@@ -208,15 +214,15 @@ class PositionalEncodingExplorer(Explorer):
         """Redraw for the sliders' values (or the ones given here); returns a message, "" if valid."""
         start = time.perf_counter()
         wanted = {"d_model": d_model if d_model is not None else self.d_model_box.value,
-                  "max_len": max_len if max_len is not None else self.max_len_box.value,
-                  "pos_i": pos_i if pos_i is not None else self.i_box.value,
-                  "pos_j": pos_j if pos_j is not None else self.j_box.value}
-        if max_len is not None and pos_i is None and pos_j is None:   # a shorter max_len moves the
-            wanted["pos_i"] = min(wanted["pos_i"], max_len - 1)       # positions inside, as the
-            wanted["pos_j"] = min(wanted["pos_j"], max_len - 1)       # sliders do
+                  "max_len": max_len if max_len is not None else self.max_len_box.value}
+        # A position left to its slider follows a shorter max_len inside, as the slider does:
+        # on every path (a learner drags max_len below i, or a call gives only max_len).
+        last = wanted["max_len"] - 1 if isinstance(wanted["max_len"], int) else None
+        for name, given, box in (("pos_i", pos_i, self.i_box), ("pos_j", pos_j, self.j_box)):
+            wanted[name] = given if given is not None or last is None else min(box.value, last)
         self.message = self.validate(**wanted)
         if self.message:                         # keep the last picture, say what is wrong
-            self.info.value = f"<span style='color:#b3261e'>{html.escape(self.message)}</span>"
+            self.info.value = f"<span style='color:{ERROR_COLOUR}'>{html.escape(self.message)}</span>"
             return self.message
         self._move_sliders(**wanted)
         d, i, j = wanted["d_model"], wanted["pos_i"], wanted["pos_j"]

@@ -6,18 +6,20 @@ figure's dpi) and returns a list of problems, empty when the figure is fine:
 * too wide: wider than JupyterLab's column (`COLUMN_PX`), so the notebook shrinks it;
 * text below `MIN_FONT_PT` as displayed (a shrunk figure shrinks its text too);
 * text outside the canvas: a widget's frame clips it (the inline backend's crop hides it);
-* tick labels that overlap each other, or an axis label / title that overlaps tick labels;
+* texts that overlap: tick labels, titles, axis labels, legends, notes, numbers in cells;
+* a legend over a marker of its axes' data or over a note written in the axes;
 * a colour map outside `ALLOWED_CMAPS`.
 
 Only what a draw paints counts: tick labels outside the view limits exist but are not
-drawn, and invisible or empty texts are skipped. Overlaps of rotated tick labels are not
-checked: their boxes overlap while their glyphs do not.
+drawn, and invisible or empty texts are skipped. Overlaps of texts turned by other than a
+multiple of 90 degrees are not checked: their boxes overlap while their glyphs do not.
 
 Widget tests call `lint_explorer(explorer)` after each control change (or
 `assert_readable`, which fails with the list).
 """
 from __future__ import annotations
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.text import Text
@@ -36,12 +38,13 @@ def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT
     if width > column_px + 0.5:
         problems.append(f"too wide: {width:.0f} px > the column's {column_px:.0f} px "
                         f"(shown at {shown:.0%}, text shrinks with it)")
+    texts, tick_labels = _drawn_texts(fig)
+    boxes = [text.get_window_extent(renderer) for text in texts]
     small = []
-    for text in _drawn_texts(fig):
+    for text, box in zip(texts, boxes):
         displayed = text.get_fontsize() * shown * fig.dpi / DPI
         if displayed < min_font_pt - 1e-6:
             small.append((displayed, _name(text)))
-        box = text.get_window_extent(renderer)
         if (box.x0 < -SLACK_PX or box.y0 < -SLACK_PX or box.x1 > fig.bbox.width + SLACK_PX
                 or box.y1 > fig.bbox.height + SLACK_PX):
             problems.append(f"text outside the canvas: {_name(text)} spans x {box.x0:.0f}..{box.x1:.0f}, "
@@ -51,8 +54,9 @@ def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT
         size, name = min(small)
         problems.append(f"font too small: {len(small)} texts below {min_font_pt} pt as displayed, "
                         f"the smallest {name} at {size:.1f} pt")
+    problems += _overlaps(texts, boxes, tick_labels)
     for ax in fig.axes:
-        problems += _overlaps(ax, renderer)
+        problems += _covered_by_legend(ax, renderer)
     names = {_cmap_in_use(artist) for artist in _visible(fig, ScalarMappable)} - {None}
     for name in sorted(names - ALLOWED_CMAPS):
         problems.append(f"colour map {name!r} is not in the course style "
@@ -92,16 +96,18 @@ def _painted_tick_labels(axis) -> list[Text]:
     return labels
 
 
-def _drawn_texts(fig) -> list[Text]:
-    """Every visible, non-empty text of the figure that a draw paints."""
+def _drawn_texts(fig) -> tuple[list[Text], set[Text]]:
+    """Every visible, non-empty text of the figure that a draw paints, and which of them are
+    tick labels."""
     tick_labels, painted = set(), set()
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
                 tick_labels.update((tick.label1, tick.label2))
             painted.update(_painted_tick_labels(axis))
-    return [text for text in _visible(fig, Text)
-            if text.get_text().strip() and (text not in tick_labels or text in painted)]
+    texts = [text for text in _visible(fig, Text)
+             if text.get_text().strip() and (text not in tick_labels or text in painted)]
+    return texts, painted
 
 
 def _visible(artist, kind) -> list:
@@ -115,29 +121,51 @@ def _visible(artist, kind) -> list:
     return found
 
 
-def _overlaps(ax, renderer) -> list[str]:
-    if not ax.get_visible():
+def _overlaps(texts, boxes, tick_labels) -> list[str]:
+    """One problem per pair of texts whose boxes overlap. Texts turned by an angle other than
+    a multiple of 90 degrees are skipped: their boxes overlap while their glyphs do not."""
+    upright = [(t, b) for t, b in zip(texts, boxes) if t.get_rotation() % 90 == 0]
+    if len(upright) < 2:
         return []
+    corners = np.array([[b.x0, b.y0, b.x1, b.y1] for _, b in upright])       # (n, 4)
+    width = (np.minimum(corners[:, None, 2], corners[None, :, 2])
+             - np.maximum(corners[:, None, 0], corners[None, :, 0]))          # (n, n)
+    height = (np.minimum(corners[:, None, 3], corners[None, :, 3])
+              - np.maximum(corners[:, None, 1], corners[None, :, 1]))
     problems = []
-    for axis, label in ((ax.xaxis, ax.xaxis.label), (ax.yaxis, ax.yaxis.label)):
-        ticks = _painted_tick_labels(axis)
-        boxes = [(t, t.get_window_extent(renderer)) for t in ticks]
-        if all(t.get_rotation() % 180 == 0 for t in ticks):   # rotated boxes overlap, glyphs do not
-            for i, (a, box_a) in enumerate(boxes):
-                for b, box_b in boxes[i + 1:]:
-                    if _overlap(box_a, box_b):
-                        problems.append(f"tick labels overlap: {_name(a)} and {_name(b)}")
-                        break
-        others = [label, ax.title, ax._left_title, ax._right_title]
-        for other in others:
-            if not (other.get_visible() and other.get_text().strip()):
-                continue
-            box = other.get_window_extent(renderer)
-            for tick, tick_box in boxes:
-                if _overlap(box, tick_box):
-                    problems.append(f"{_name(other)} overlaps the tick label {_name(tick)}")
-                    break
+    for i, j in np.argwhere(np.triu((width > SLACK_PX) & (height > SLACK_PX), k=1)):
+        a, b = upright[i][0], upright[j][0]
+        if a in tick_labels and b in tick_labels:
+            problems.append(f"tick labels overlap: {_name(a)} and {_name(b)}")
+        elif a in tick_labels or b in tick_labels:
+            tick, other = (a, b) if a in tick_labels else (b, a)
+            problems.append(f"{_name(other)} overlaps the tick label {_name(tick)}")
+        else:
+            problems.append(f"texts overlap: {_name(a)} and {_name(b)}")
     return problems
+
+
+def _covered_by_legend(ax, renderer) -> list[str]:
+    """A legend inside an axes must not hide a marker of its data or a note written there."""
+    legend = ax.get_legend()
+    if legend is None or not (legend.get_visible() and ax.get_visible()):
+        return []
+    box = legend.get_window_extent(renderer).expanded(1.0, 1.0)
+    problems = []
+    for line in ax.lines:
+        if line.get_visible() and line.get_marker() not in (None, "", "None", " "):
+            points = line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
+            if any(box.contains(x, y) for x, y in points if np.isfinite(x) and np.isfinite(y)):
+                problems.append(f"the legend covers a point of {_name_of_line(line)}")
+    for text in ax.texts:
+        if text.get_visible() and text.get_text().strip() and _overlap(box, text.get_window_extent(renderer)):
+            problems.append(f"the legend covers the text {_name(text)}")
+    return problems
+
+
+def _name_of_line(line) -> str:
+    label = line.get_label()
+    return repr(label) if label and not label.startswith("_") else "an unlabelled line"
 
 
 def _overlap(a, b) -> bool:

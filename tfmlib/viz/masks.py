@@ -2,23 +2,20 @@
 
 A mask is drawn as one (Lq, Lk) grid per sample: rows are queries (the token
 looking), columns are keys (the token looked at), green = True = "may attend",
-grey = False = blocked.
+grey = False = blocked (the grey of masked positions in every attention map).
 """
 from __future__ import annotations
 
 import html
 import time
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.colors import ListedColormap
 
 from .. import causal_mask, padding_mask
+from . import style
 from .common import Explorer, heatmap, panel_row
-
-#: False (blocked) -> light grey, True (may attend) -> green.
-MASK_CMAP = ListedColormap(["#dcdcdc", "#2e8540"], name="mask")
+from .style import KEY_LABEL, MASK_CMAP, QUERY_LABEL, TITLE_PT, figure, freeze_layout
 
 
 def per_sample_grids(mask: torch.Tensor, batch: int) -> torch.Tensor:
@@ -48,26 +45,25 @@ def mask_grid(ax, grid, x_labels, y_labels, title: str = ""):
     """One (Lq, Lk) bool grid on `ax` with labels; returns the image artist."""
     grid = grid.float() if isinstance(grid, torch.Tensor) else np.asarray(grid, dtype=float)
     image = heatmap(ax, grid, x_labels=x_labels, y_labels=y_labels, title=title,
-                    xlabel="key (the token looked at)", ylabel="query (the token looking)",
-                    cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False)
+                    xlabel=KEY_LABEL, ylabel=QUERY_LABEL, cmap=MASK_CMAP, vmin=0, vmax=1,
+                    colorbar=False)
     _grid_lines(ax, grid.shape[0], grid.shape[1])
     return image
 
 
 def mask_legend(fig, image, axes) -> None:
     """One colour bar for the whole figure, saying which colour means what."""
-    bar = fig.colorbar(image, ax=axes, ticks=[0.25, 0.75], fraction=0.025, pad=0.02)
-    bar.ax.set_yticklabels(["False\nblocked", "True\nmay attend"])
-    bar.set_label("mask value")
+    bar = style.colorbar(fig, image, axes, "mask value", ticks=[0.25, 0.75], fraction=0.04,
+                         aspect=12)
+    bar.ax.set_yticklabels(["False\nblocked", "True\nmay\nattend"])
 
 
-def plot_masks(mask: torch.Tensor, tokens, titles=None, suptitle: str = "",
-               panel_size: float = 3.6):
+def plot_masks(mask: torch.Tensor, tokens, titles=None, suptitle: str = "", height: float = 3.6):
     """One labelled query-by-key grid per sample of a 4-D mask (anything that
     broadcasts to (B, 1, Lq, Lk)); `tokens` is one list of L tokens per sample."""
     batch = len(tokens)
     grids = per_sample_grids(mask, batch)                     # (B, Lq, Lk)
-    fig, axes = panel_row(batch, panel_size)
+    fig, axes = panel_row(batch, height)
     titles = titles or [f"sample {b}" for b in range(batch)]
     image = None
     for b, ax in enumerate(axes):
@@ -76,30 +72,47 @@ def plot_masks(mask: torch.Tensor, tokens, titles=None, suptitle: str = "",
             ax.set_ylabel("")
     mask_legend(fig, image, axes)
     if suptitle:
-        fig.suptitle(suptitle)
+        fig.suptitle(suptitle, fontsize=TITLE_PT)
     return fig
 
 
-def plot_mask_variants(variants: dict, tokens, sample: int, panel_size: float = 3.3):
-    """The same sample under several masks, side by side: {title: 4-D mask}.
+def plot_mask_variants(variants: dict, tokens, sample: int, columns: int = 3,
+                       panel_height: float = 3.1):
+    """The same sample under several masks, `columns` panels a row: {title: 4-D mask}.
 
-    Each panel's title ends with how many keys each query row may see; a row
-    with 0 visible keys gives NaN after the softmax (notebook 05).
+    Right of each panel: how many keys each query row may see; a row with 0 visible keys
+    (in red) gives NaN after the softmax (notebook 05).
     """
     names = list(variants)
-    fig, axes = panel_row(len(names), panel_size, extra=(1.0, 1.0))
+    rows = -(-len(names) // columns)                                    # ceil
+    fig = figure(panel_height * rows)
+    axes = list(fig.subplots(rows, columns, squeeze=False).flat)
     image = None
     for i, (ax, name) in enumerate(zip(axes, names)):
         mask = variants[name]
         mask = mask[sample: sample + 1] if mask.size(0) > 1 else mask   # (1, 1, Lq or 1, Lk)
         grid = per_sample_grids(mask, 1)[0]                             # (L, L)
-        visible = grid.sum(-1).tolist()
-        image = mask_grid(ax, grid, tokens, tokens, f"{name}\nkeys per row: {visible}")
-        ax.title.set_fontsize(9)
-        if i:
+        image = mask_grid(ax, grid, tokens, tokens, name)
+        _row_counts(ax, grid.sum(-1).tolist())
+        if i % columns:
             ax.set_ylabel("")
-    mask_legend(fig, image, axes)
+        if i < len(names) - columns:                                    # a panel below says it
+            ax.set_xlabel("")
+    for ax in axes[len(names):]:
+        ax.remove()
+    mask_legend(fig, image, axes[:len(names)])
     return fig
+
+
+def _row_counts(ax, counts) -> None:
+    """Each row's number of visible keys, right of the grid, above the word "keys"."""
+    beside = ax.get_yaxis_transform()              # x in axes fractions, y in rows
+    ax.text(1.03, len(counts) - 0.4, "keys", transform=beside, ha="left", va="top",
+            fontsize=style.TICK_PT)
+    for row, count in enumerate(counts):
+        ax.text(1.03, row, str(count), transform=beside, ha="left", va="center",
+                fontsize=style.TICK_PT, color=style.ERROR_COLOUR if count == 0 else "black",
+                fontweight="bold" if count == 0 else "normal")
 
 
 # ---- the widget ----------------------------------------------------------------------------
@@ -147,11 +160,10 @@ def describe_setting(lengths, seq_len: int, causal: bool) -> str:
 class _MaskPanels:
     """The explorer's figure: one grid per sample with fixed labels; only the images change."""
 
-    def __init__(self, batch: int, seq_len: int, panel_size: float = 3.0):
+    def __init__(self, batch: int, seq_len: int, height: float = 3.3, pyplot: bool = True):
         self.seq_len = seq_len
-        self.fig, axes = plt.subplots(1, batch, figsize=(panel_size * batch + 1.2, panel_size + 0.5),
-                                      squeeze=False)
-        self.axes = list(axes[0])
+        self.fig = figure(height, pyplot=pyplot)
+        self.axes = list(self.fig.subplots(1, batch, squeeze=False)[0])
         blank = np.zeros((seq_len, seq_len))
         positions = [str(i) for i in range(seq_len)]
         self.images = []
@@ -164,10 +176,7 @@ class _MaskPanels:
             ax.tick_params(axis="x", labelrotation=0)
             self.images.append(image)
             self.borders.append(_cell_borders(ax, seq_len, seq_len))
-        self.fig.subplots_adjust(left=0.07, right=0.86, bottom=0.17, top=0.9, wspace=0.3)
-        cax = self.fig.add_axes((0.88, 0.17, 0.013, 0.73))
-        bar = self.fig.colorbar(self.images[0], cax=cax, ticks=[0.25, 0.75])
-        bar.ax.set_yticklabels(["False\nblocked", "True\nmay attend"])
+        mask_legend(self.fig, self.images[0], self.axes)
 
     def draw(self, lengths, causal: bool) -> torch.Tensor:
         masks = masks_from_lengths(lengths, self.seq_len, causal)        # (B, 1, L, L)
@@ -182,9 +191,9 @@ class _MaskPanels:
 
 def explorer_figure(lengths, seq_len: int, causal: bool = True):
     """Static figure of the explorer at the given setting (for readers without widgets)."""
-    panels = _MaskPanels(len(lengths), seq_len)
+    panels = _MaskPanels(len(lengths), seq_len, height=3.8)
     panels.draw(list(lengths), causal)
-    panels.fig.suptitle(describe_setting(list(lengths), seq_len, causal), fontsize=9, y=1.08)
+    panels.fig.suptitle(describe_setting(list(lengths), seq_len, causal), fontsize=style.TICK_PT)
     return panels.fig
 
 
@@ -199,8 +208,8 @@ class MaskExplorer(Explorer):
         import ipywidgets as widgets
 
         self.seq_len = seq_len
-        self.panels = _MaskPanels(len(lengths), seq_len)
-        plt.close(self.panels.fig)  # shown only as the widget's PNG, never by the inline backend
+        self.panels = _MaskPanels(len(lengths), seq_len, pyplot=False)  # shown only as the PNG
+        freeze_layout(self.panels.fig)          # the labels never change: lay out once
         self.sliders = [widgets.IntSlider(value=int(n), min=1, max=seq_len,
                                           description=f"sample {b}",
                                           style={"description_width": "60px"},

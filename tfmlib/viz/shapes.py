@@ -19,6 +19,7 @@ import numpy as np
 
 from ..shapes import broadcast_shape
 from .common import DPI, Explorer
+from .style import ERROR_COLOUR, GUIDE_COLOUR, TICK_PT, TITLE_PT, distinct_colours, new_figure
 
 MAX_AXES = 4     # the diagram draws shapes of up to 4 axes ...
 MAX_SIZE = 8     # ... with at most 8 elements along each
@@ -75,13 +76,6 @@ def operand_cells(shape, result):
     return source, stored
 
 
-def _palette(n: int) -> np.ndarray:
-    """n distinct, fairly saturated colours (RGB)."""
-    if n <= 10:
-        return np.asarray(plt.get_cmap("tab10").colors)[:n]
-    return plt.get_cmap("turbo")(np.linspace(0.08, 0.92, n))[:, :3]
-
-
 def grid_image(colours: np.ndarray) -> np.ndarray:
     """(s0, s1, s2, s3, 3) cell colours -> one RGB image of s2 x s3 grids: the s1 slices of
     axis -3 side by side, the s0 slices of axis -4 one below the other."""
@@ -101,7 +95,7 @@ def grid_image(colours: np.ndarray) -> np.ndarray:
 def operand_image(shape, result) -> np.ndarray:
     """RGB image of an operand read at the `result` shape (stored cells solid, repeats light)."""
     source, stored = operand_cells(shape, result)
-    colours = _palette(max(math.prod(shape), 1))[source]          # (*result, 3)
+    colours = distinct_colours(max(math.prod(shape), 1))[source]          # (*result, 3)
     colours = np.where(stored[..., None], colours, colours + LIGHTEN * (1 - colours))
     return grid_image(colours.reshape(*_as_4d(result), 3))
 
@@ -150,12 +144,12 @@ class BroadcastDiagram:
             ax.set_yticks([])
             for spine in ax.spines.values():
                 spine.set_visible(False)
-        self.titles = [ax.set_title("", fontsize=11, loc="left") for ax in self.axes]
+        self.titles = [ax.set_title("", fontsize=TITLE_PT, loc="left") for ax in self.axes]
         self.notes = [ax.text(0.5, 0.5, "", transform=ax.transAxes, ha="center", va="center",
-                              fontsize=11, color="#b3261e") for ax in self.axes]
+                              fontsize=TITLE_PT, color=ERROR_COLOUR) for ax in self.axes]
         fig.supxlabel("solid cell: where an element is stored;  light cell: the same element read "
                       "again (broadcast)\naxis -3: slices side by side;  axis -4: slices one below the "
-                      "other;  panels are right-aligned, like the shapes", fontsize=9, color="#444444")
+                      "other;  panels are right-aligned, like the shapes", fontsize=TICK_PT, color=GUIDE_COLOUR)
 
     def draw(self, shape_a, shape_b, op: str = "+") -> tuple[int, ...] | None:
         """Redraw for two shapes; returns the result shape, or None when they do not broadcast."""
@@ -191,7 +185,7 @@ class BroadcastDiagram:
             artist.set_extent((left, left + w, top + h, top))
             ax.set_xlim(0, width)
             ax.set_ylim(height, 0)
-            ax.set_title(title, fontsize=11, loc="left")
+            ax.set_title(title, fontsize=TITLE_PT, loc="left")
             text.set_text(note)
         return result
 

@@ -34,19 +34,6 @@ TITLE_PT = 11         #: every axes title and figure title
 LABEL_PT = 10         #: axis labels, colour-bar labels
 TICK_PT = 9           #: tick labels, legends, notes and numbers written into cells
 
-#: rcParams of the course style (used while `new_figure` builds a figure).
-RC = {
-    "figure.dpi": DPI,
-    "font.size": LABEL_PT,
-    "axes.titlesize": TITLE_PT,
-    "axes.labelsize": LABEL_PT,
-    "figure.titlesize": TITLE_PT,
-    "xtick.labelsize": TICK_PT,
-    "ytick.labelsize": TICK_PT,
-    "legend.fontsize": TICK_PT,
-    "image.cmap": "viridis",
-}
-
 # ---- colour -----------------------------------------------------------------------------------
 
 #: Okabe-Ito (Okabe and Ito 2008), ordered for lines: yellow last, it is faint on white.
@@ -111,29 +98,37 @@ def _numpy(values) -> np.ndarray:
 
 # ---- figures ----------------------------------------------------------------------------------
 
-def new_figure(height: float, width: float = COLUMN_IN, nrows: int = 1, ncols: int = 1, *,
-               pyplot: bool = True, **subplots_kw):
-    """A figure in the course style and its axes: (fig, ax) for one panel, else (fig, axes).
+def figure(height: float, width: float = COLUMN_IN, *, pyplot: bool = True):
+    """An empty figure in the course style (constrained layout, `DPI`), at most a column wide.
 
     `pyplot=False` builds a bare Figure for a widget (the inline backend never shows it).
-    Constrained layout keeps labels inside; a widget can then freeze it (`freeze_layout`).
     """
     if width > COLUMN_IN + 1e-9:
         raise ValueError(f"width: expected at most {COLUMN_IN} inches (JupyterLab's column at "
                          f"{DPI} dpi), got {width}")
-    with mpl.rc_context(RC):
-        if pyplot:
-            import matplotlib.pyplot as plt
+    if pyplot:
+        import matplotlib.pyplot as plt
 
-            fig = plt.figure(figsize=(width, height), dpi=DPI, layout="constrained")
-        else:
-            from matplotlib.figure import Figure
+        return plt.figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    from matplotlib.figure import Figure
 
-            fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-        axes = fig.subplots(nrows, ncols, squeeze=False, **subplots_kw)
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def new_figure(height: float, width: float = COLUMN_IN, nrows: int = 1, ncols: int = 1, *,
+               pyplot: bool = True, **subplots_kw):
+    """A figure in the course style and its axes: (fig, ax) for one panel, (fig, list of axes)
+    for one row or column, (fig, 2-D array of axes) for a grid. See `figure` for `pyplot`.
+
+    Constrained layout keeps labels inside; a widget can then freeze it (`freeze_layout`).
+    """
+    fig = figure(height, width, pyplot=pyplot)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **subplots_kw)
     for ax in axes.flat:
         style_axes(ax)
-    return fig, (axes[0, 0] if axes.size == 1 else axes if nrows > 1 and ncols > 1 else list(axes.flat))
+    if axes.size == 1:
+        return fig, axes[0, 0]
+    return fig, (axes if nrows > 1 and ncols > 1 else list(axes.flat))
 
 
 def style_axes(ax) -> None:

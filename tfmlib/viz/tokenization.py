@@ -2,8 +2,9 @@
 
 The batch is drawn as a grid: one row per sentence (the B axis), one column per
 position (the L axis); each cell shows its token and its id, coloured by kind
-(word, <bos>/<eos>, <unk>, <pad>). The grid is one image plus a fixed pool of
-text artists, so a redraw changes data and strings but creates no new artists.
+(word, <bos>/<eos>, <unk>, <pad>; <pad> in the grey of masked positions). The grid
+is one image plus a fixed pool of text artists, so a redraw changes data and strings
+but creates no new artists.
 """
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.collections import LineCollection
-from matplotlib.colors import ListedColormap
 
 from ..tokenization import BOS, EOS, PAD, UNK, encode, invert_vocab, pad_batch, tokenize
+from . import style
 from .common import Explorer
+from .style import ERROR_COLOUR, TICK_PT, TOKEN_KIND_CMAP, figure, freeze_layout, new_figure
 
 KINDS = ("word", "bos/eos", "<unk>", "<pad>")
-COLOURS = ("#cfe2f3", "#d9ead3", "#f4b6b6", "#e6e6e6")
-TEXT_COLOURS = ("#1a1a1a", "#1a1a1a", "#7a0000", "#9a9a9a")
+COLOURS = style.TOKEN_KIND_COLOURS
+TEXT_COLOURS = ("#1a1a1a", "#1a1a1a", "#7a0000", "#4d4d4d")
+CHAR_WIDTH = 0.6    # a character's mean width in DejaVu Sans, in font sizes: to cut long tokens
 MAX_TOKENS = 14                 # longest typed sentence the grid shows (L <= 16 with <bos>/<eos>)
 MAX_COLS = MAX_TOKENS + 2
 MAX_ROWS = 4
@@ -42,11 +45,11 @@ class BatchGrid:
 
     def __init__(self, ax, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS, legend: bool = True):
         self.ax, self.max_rows, self.max_cols = ax, max_rows, max_cols
-        self.image = ax.imshow(np.zeros((1, 1)), cmap=ListedColormap(COLOURS), vmin=-0.5,
+        self.image = ax.imshow(np.zeros((1, 1)), cmap=TOKEN_KIND_CMAP, vmin=-0.5,
                                vmax=len(KINDS) - 0.5, interpolation="nearest", aspect="auto")
         self.borders = LineCollection([], colors="white", linewidths=3)
         ax.add_collection(self.borders)
-        self.cells = [[ax.text(c, r, "", ha="center", va="center", fontsize=9, linespacing=1.5)
+        self.cells = [[ax.text(c, r, "", ha="center", va="center", fontsize=TICK_PT, linespacing=1.5)
                        for c in range(max_cols)] for r in range(max_rows)]
         ax.set_xticks(range(max_cols), labels=[str(c) for c in range(max_cols)])
         ax.xaxis.tick_top()
@@ -59,7 +62,7 @@ class BatchGrid:
         if legend:
             handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS]
             ax.legend(handles, KINDS, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=4,
-                      frameon=False, fontsize=9)
+                      frameon=False)
 
     def draw(self, batch, vocab: dict, row_labels=None, unknown_rows=()) -> None:
         """batch: (B, L) ids. Cells of rows in `unknown_rows` whose token became <unk> are red."""
@@ -78,12 +81,13 @@ class BatchGrid:
         lines = [[(c - 0.5, -0.5), (c - 0.5, rows - 0.5)] for c in range(1, cols)]
         lines += [[(-0.5, r - 0.5), (cols - 0.5, r - 0.5)] for r in range(1, rows)]
         self.borders.set_segments(lines)
+        fits = self._characters_per_cell(cols)
         for r in range(self.max_rows):
             for c in range(self.max_cols):
                 text = self.cells[r][c]
                 if r < rows and c < cols:
                     kind = kinds[r, c]
-                    text.set_text(f"{tokens[r][c]}\n{ids[r, c]}")
+                    text.set_text(f"{_cut(tokens[r][c], fits)}\n{ids[r, c]}")
                     text.set_color(TEXT_COLOURS[kind])
                     text.set_fontweight("bold" if r in unknown_rows and kind == 2 else "normal")
                     text.set_visible(True)
@@ -92,14 +96,28 @@ class BatchGrid:
         labels = row_labels if row_labels is not None else [str(r) for r in range(rows)]
         self.ax.set_yticks(range(rows), labels=labels)
 
+    def _characters_per_cell(self, cols: int) -> int:
+        """How many characters of a token fit in a cell `cols` cells to the axes' width."""
+        fig = self.ax.figure
+        cell_px = self.ax.get_position().width * fig.bbox.width / cols
+        return max(3, int(cell_px / (CHAR_WIDTH * TICK_PT * fig.dpi / 72)))
 
-def plot_batch(batch, vocab: dict, title: str | None = None, row_labels=None, figsize=(9, 2.8)):
-    """Static figure: the padded (B, L) batch as a grid of tokens and ids."""
-    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
-    BatchGrid(ax, max_rows=batch.shape[0], max_cols=batch.shape[1]).draw(batch, vocab, row_labels)
-    ax.set_title(title if title is not None else
-                 f"the padded batch: shape (B, L) = {tuple(batch.shape)}, dtype {batch.dtype}",
-                 fontsize=11)
+
+def _cut(token: str, fits: int) -> str:
+    """The token, or its start and an ellipsis when it is wider than its cell."""
+    return token if len(token) <= fits else token[:fits - 1] + "…"
+
+
+def plot_batch(batch, vocab: dict, title: str | None = None, row_labels=None, height: float = 2.8,
+               unknown_rows=()):
+    """Static figure: the padded (B, L) batch as a grid of tokens and ids (see BatchGrid.draw)."""
+    fig, ax = new_figure(height)
+    style.title(ax, title if title is not None else
+                f"the padded batch: shape (B, L) = {tuple(batch.shape)}, dtype {batch.dtype}")
+    grid = BatchGrid(ax, max_rows=batch.shape[0], max_cols=batch.shape[1])
+    grid.draw(batch, vocab, row_labels, unknown_rows)
+    freeze_layout(fig)                 # the cells' width is known once the layout is done ...
+    grid.draw(batch, vocab, row_labels, unknown_rows)   # ... so long tokens are cut to it
     return fig
 
 
@@ -132,9 +150,9 @@ _KEY = "<b>colours</b>: " + " ".join(
 def _chips(tokens, vocab) -> str:
     parts = []
     for token in tokens:
-        known = token in vocab
-        style = ("background:#cfe2f3" if known else "background:#f4b6b6;color:#7a0000;font-weight:bold")
-        parts.append(f"<span style='{style};padding:1px 5px;margin:1px;border-radius:3px;"
+        css = (f"background:{COLOURS[0]}" if token in vocab
+               else f"background:{COLOURS[2]};color:{TEXT_COLOURS[2]};font-weight:bold")
+        parts.append(f"<span style='{css};padding:1px 5px;margin:1px;border-radius:3px;"
                      f"font-family:monospace'>{html.escape(token)}</span>")
     return " ".join(parts) if parts else "<i>(none)</i>"
 
@@ -149,14 +167,15 @@ class TokenizerExplorer(Explorer):
 
     def __init__(self, sentences, vocab: dict, sentence: str = "my cat loves attention"):
         import ipywidgets as widgets
-        from matplotlib.figure import Figure
 
         self.sentences, self.vocab = list(sentences), vocab
-        fig = Figure(figsize=(10, 3.2))  # outside pyplot: the inline backend never shows it
-        fig.subplots_adjust(left=0.07, right=0.99, top=0.78, bottom=0.03)
+        fig = figure(3.2, pyplot=False)  # outside pyplot: the inline backend never shows it
         self.ax = fig.add_subplot()
+        style.style_axes(self.ax)
         self.grid = BatchGrid(self.ax, max_rows=len(self.sentences) + 1, max_cols=MAX_COLS, legend=False)
-        self.title = fig.text(0.5, 0.97, "", fontsize=11, ha="center", va="top")  # fixed place: cheap
+        self.title = fig.suptitle(" ", fontsize=style.TITLE_PT)
+        self._draw_grid(typed_batch(self.sentences, vocab, sentence)[0])
+        freeze_layout(fig)     # the labels' sizes do not change with the sentence: lay out once
         # The typed row gets its own image on top of the grid's: while L stays the same, a
         # keystroke repaints only that row, its texts and the title over the other rows
         # (drawn once per L: the background).
@@ -169,6 +188,10 @@ class TokenizerExplorer(Explorer):
         self._build(fig, moving, [self.text], [self.text, self.info])
         self.batch, self.message = None, ""
         self.update()
+
+    def _draw_grid(self, batch) -> None:
+        rows = [str(r) for r in range(len(self.sentences))] + ["typed"]
+        self.grid.draw(batch, self.vocab, row_labels=rows, unknown_rows=(len(self.sentences),))
 
     def update(self, sentence: str | None = None) -> str:
         """Redraw for the typed sentence (or the one given here); returns the warning shown."""
@@ -186,10 +209,9 @@ class TokenizerExplorer(Explorer):
             "<div style='line-height:1.8'>"
             f"<b>tokens</b> ({len(tokens)}): {_chips(tokens, self.vocab)}<br>"
             f"<b>ids</b> with {html.escape(BOS)}/{html.escape(EOS)}: <code>{ids}</code><br>"
-            + "".join(f"<span style='color:#b3261e'>{note}</span><br>" for note in notes)
+            + "".join(f"<span style='color:{ERROR_COLOUR}'>{note}</span><br>" for note in notes)
             + _KEY + "</div>")
-        rows = [str(r) for r in range(len(self.sentences))] + ["typed"]
-        self.grid.draw(self.batch, self.vocab, row_labels=rows, unknown_rows=(len(self.sentences),))
+        self._draw_grid(self.batch)
         typed, length = len(self.sentences), self.batch.shape[1]
         self.typed_row.set_data(self.grid.image.get_array()[typed: typed + 1])
         self.typed_row.set_extent((-0.5, length - 0.5, typed + 0.5, typed - 0.5))
@@ -204,13 +226,11 @@ def tokenizer_explorer(sentences, vocab: dict, sentence: str = "my cat loves att
     return TokenizerExplorer(sentences, vocab, sentence)
 
 
-def plot_typed_batch(sentences, vocab: dict, sentence: str = "my cat loves attention", figsize=(10, 3.2)):
+def plot_typed_batch(sentences, vocab: dict, sentence: str = "my cat loves attention",
+                     height: float = 3.4):
     """Static figure of the explorer's picture for one typed sentence."""
     batch, _, _, _ = typed_batch(sentences, vocab, sentence)
-    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     rows = [str(r) for r in range(len(sentences))] + ["typed"]
-    BatchGrid(ax, max_rows=batch.shape[0], max_cols=batch.shape[1]).draw(
-        batch, vocab, row_labels=rows, unknown_rows=(len(sentences),))
-    ax.set_title(f"batch with {sentence!r} as row {len(sentences)}: (B, L) = {tuple(batch.shape)}",
-                 fontsize=11)
-    return fig
+    return plot_batch(batch, vocab, row_labels=rows, height=height, unknown_rows=(len(sentences),),
+                      title=f"batch with {sentence!r} as row {len(sentences)}: "
+                            f"(B, L) = {tuple(batch.shape)}")

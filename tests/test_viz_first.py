@@ -21,6 +21,7 @@ from tfmlib import build_vocab, encode_batch  # noqa: E402
 from tfmlib.viz import embeddings as viz_embeddings  # noqa: E402
 from tfmlib.viz import shapes as viz_shapes  # noqa: E402
 from tfmlib.viz import tokenization as viz_tokenization  # noqa: E402
+from tfmlib.viz.lint import assert_readable  # noqa: E402
 
 SENTENCES = ["the cat sat on the mat", "i love nlp", "attention is all you need"]
 
@@ -192,6 +193,16 @@ def test_pe_explorer_shorter_max_len_moves_the_positions_inside():
     assert (explorer.i_box.value, explorer.j_box.value) == (19, 19)
 
 
+def test_pe_explorer_dragging_max_len_below_the_positions_moves_them_inside():
+    explorer = viz_embeddings.positional_encoding_explorer(max_len=50, pos_i=40, pos_j=10)
+    before = _image_data(explorer.panels.image)
+    explorer.max_len_box.value = 20                  # what dragging the slider does
+    assert explorer.message == "" and explorer.info.value.startswith("<code>")
+    assert (explorer.i_box.value, explorer.j_box.value) == (19, 10)
+    assert _image_data(explorer.panels.image).shape == (20, 16) != before.shape
+    assert list(explorer.panels.row_i.get_ydata()) == [19, 19]
+
+
 def test_static_pe_plots():
     pe = viz_embeddings.sinusoidal_positional_encoding(30, 16)
     viz_embeddings.plot_pe_heatmap(pe)
@@ -233,3 +244,29 @@ def test_broadcast_diagram_draws_four_axes():
     assert explorer.diagram.notes[0].get_text() == ""      # drawn, not "too large to draw"
     explorer.update(a="2, 2, 2, 2, 2", b="2")
     assert "too large" in explorer.diagram.notes[0].get_text()
+
+
+# ---- every widget state passes the figure lint --------------------------------------------------
+
+def test_broadcast_explorer_frames_pass_the_lint():
+    explorer = viz_shapes.broadcast_explorer()
+    for state in [{"a": "3, 1", "b": "4"}, {"a": "8, 8, 8, 8", "b": "8, 1, 8"}, {"a": "2, 3, 4", "b": "2, 3"},
+                  {"a": "2, 2, 2, 2, 2", "b": "2"}, {"b": "3, x"}]:
+        explorer.update(**state)
+        assert_readable(explorer, f"broadcast explorer at {state}")
+
+
+def test_tokenizer_explorer_frames_pass_the_lint(vocab):
+    explorer = viz_tokenization.tokenizer_explorer(SENTENCES, vocab)
+    for sentence in ["", "my cat loves attention", "attention " * 14, "a " * 40,
+                     "supercalifragilistic antidisestablishmentarianism"]:
+        explorer.update(sentence=sentence)
+        assert_readable(explorer, f"tokenizer explorer at {sentence!r}")
+
+
+def test_pe_explorer_frames_pass_the_lint():
+    explorer = viz_embeddings.positional_encoding_explorer()
+    for state in [{}, {"d_model": 128, "max_len": 200}, {"pos_i": 199, "pos_j": 0},
+                  {"max_len": 100}, {"max_len": 8, "d_model": 4}, {"max_len": 150, "pos_i": 120}]:
+        assert explorer.update(**state) == ""
+        assert_readable(explorer, f"PE explorer at {state}")

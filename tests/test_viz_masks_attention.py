@@ -20,6 +20,7 @@ from tfmlib import (PAD, add_positional_encoding, build_vocab, causal_mask,  # n
                     scaled_dot_product_attention, sinusoidal_positional_encoding, target_mask)
 from tfmlib.viz import attention as viz_attention  # noqa: E402
 from tfmlib.viz import masks as viz_masks  # noqa: E402
+from tfmlib.viz.lint import assert_readable  # noqa: E402
 
 SENTENCES = ["the cat sat on the mat", "i love nlp", "attention is all you need"]
 
@@ -178,3 +179,27 @@ def test_static_attention_figures(sweep, example):
 
     fig = viz_attention.saturation_figure(sweep, example["tokens"][0], d_k=64, scaled=False)
     assert "d_k = 64, scores not scaled" in fig._suptitle.get_text()
+
+
+# ---- every widget state passes the figure lint --------------------------------------------------
+
+def test_mask_explorer_frames_pass_the_lint():
+    explorer = viz_masks.mask_explorer([8, 5, 7], seq_len=8)
+    for lengths, causal in [([8, 5, 7], True), ([1, 1, 1], True), ([8, 8, 8], False), ([3, 2, 1], False)]:
+        explorer.update(lengths=lengths, causal=causal)
+        assert_readable(explorer, f"mask explorer at {lengths}, causal={causal}")
+
+
+@pytest.mark.parametrize("sample", [0, 1])
+def test_saturation_explorer_frames_pass_the_lint(sweep, example, sample):
+    explorer = viz_attention.saturation_explorer(sweep, example["tokens"][sample], sample=sample)
+    for d_k in (2, 16, 512):
+        for scaled in (True, False):
+            explorer.update(d_k=d_k, scaled=scaled)
+            assert_readable(explorer, f"saturation explorer, sample {sample}, d_k={d_k}, scaled={scaled}")
+
+
+def test_the_padded_keys_of_sample_1_are_drawn_masked_not_as_zero(sweep, example):
+    explorer = viz_attention.saturation_explorer(sweep, example["tokens"][1], sample=1)
+    shown = explorer.panels.image.get_array()
+    assert shown.mask[:, 5:].all() and not shown.mask[:, :5].any()   # "i love nlp": 5 real tokens

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from tfmlib.viz.lint import assert_readable, lint_figure  # noqa: E402
 from tfmlib.viz.style import (COLUMN_IN, DIVERGING_CMAP, MASK_CMAP, attention_heatmap,  # noqa: E402
-                              new_figure, signed_limits)
+                              distinct_colours, line_style, new_figure, signed_limits)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Notebooks whose figures and widget frames must pass the lint; the others join as their
@@ -179,6 +179,28 @@ def test_attention_heatmap_draws_masked_cells_as_bad_not_as_zero():
     rgba = image.cmap(image.norm(data))
     assert np.allclose(rgba[0, 1], matplotlib.colors.to_rgba(image.cmap.get_bad()))
     assert not np.allclose(rgba[0, 1], image.cmap(0.0))           # not the colour of a 0 weight
+
+
+# ---- the style's colours -------------------------------------------------------------------------
+
+def _lightness(rgb) -> np.ndarray:
+    """CIE L* of sRGB colours (n, 3): what a viewer without colour vision still sees."""
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    y = linear @ np.array([0.2126, 0.7152, 0.0722])
+    return np.where(y > 0.008856, 116 * np.cbrt(y) - 16, 903.3 * y)
+
+
+def test_neighbouring_elements_differ_in_lightness_even_with_many_of_them():
+    for n in (9, 12, 24, 64):
+        lightness = _lightness(distinct_colours(n))
+        assert np.abs(np.diff(lightness)).min() > 15, n          # i and i + 1 never look alike
+        assert len(np.unique(np.round(lightness, 3))) == n, n     # and no two are the same
+
+
+def test_the_first_lines_differ_in_dash_and_marker_not_only_in_colour():
+    styles = [line_style(i) for i in range(4)]
+    assert len({(s["linestyle"], s["marker"]) for s in styles}) == 4
+    assert len({s["color"] for s in styles}) == 4
 
 
 # ---- the notebooks ------------------------------------------------------------------------------

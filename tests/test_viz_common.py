@@ -79,6 +79,20 @@ def test_a_moving_title_is_placed_as_a_full_draw_places_it():
     assert frames.png(background="new") == Frames(fig).png()
 
 
+def test_a_strip_of_a_second_background_replaces_the_first_right_of_a_pixel_column():
+    fig, line = _line_figure()
+    frames = Frames(fig, moving=[line])
+    ax = fig.axes[0]
+    for colour in ("white", "black"):
+        ax.set_facecolor(colour)
+        frames.draw_background(colour)
+    pixels = _pixels(frames.png("white", strip=("black", 200)))        # (300, 400, 3)
+    assert pixels[150, 100].tolist() == [255, 255, 255]                 # inside the axes, left
+    assert pixels[150, 199].tolist() == [255, 255, 255]
+    assert pixels[150, 200].tolist() == [0, 0, 0]                       # from column 200 on
+    assert pixels[150, 300].tolist() == [0, 0, 0]
+
+
 def test_frames_keep_one_background_per_key_and_only_the_latest_few():
     fig, line = _line_figure()
     frames = Frames(fig, moving=[line])

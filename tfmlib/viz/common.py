@@ -70,7 +70,9 @@ class Frames:
     background; a frame pastes that back and paints only the moving artists on
     top. The caller names the background's state with a key (e.g. the number of
     heads, which sets the tick labels); a new key draws a new background. With no
-    moving artists every frame is a full draw.
+    moving artists every frame is a full draw. A figure that grows to the right can paste
+    a second background right of a pixel column (`strip`): two backgrounds then serve
+    every width.
     """
 
     MAX_BACKGROUNDS = 8  # each is a full-size RGBA copy: keep only the latest few
@@ -94,8 +96,12 @@ class Frames:
         """(width, height) of a frame in pixels."""
         return self.canvas.get_width_height()
 
-    def png(self, background=None) -> bytes:
-        """The figure as it is now, as PNG bytes; `background` keys the still parts."""
+    def png(self, background=None, strip=None) -> bytes:
+        """The figure as it is now, as PNG bytes; `background` keys the still parts.
+
+        strip: None, or (key, x): right of pixel column x, the background saved under `key`
+        (by `draw_background`) replaces `background`.
+        """
         if not self.moving:
             self.canvas.draw()
         else:
@@ -104,13 +110,19 @@ class Frames:
                 for ax in self.axes:
                     ax.apply_aspect()  # what a full draw does first: fit the box to the limits
             else:
-                self._draw_background(background)
+                self.draw_background(background)
+            if strip is not None:
+                key, x = strip
+                width, height = self.size
+                self.canvas.restore_region(self.backgrounds[key], bbox=(int(x), 0, width, height),
+                                           xy=(0, 0))   # in place: only the bbox is pasted
             renderer = self.canvas.get_renderer()
             for artist in self.moving:
                 artist.draw(renderer)
         return self.encode()
 
-    def _draw_background(self, key) -> None:
+    def draw_background(self, key) -> None:
+        """Draw the still parts as they are now and keep them under `key`."""
         # Moving artists are made transparent, not invisible: matplotlib still lays them
         # out (an axes places its title by the title's size), it just paints nothing.
         alphas = [artist.get_alpha() for artist in self.moving]
@@ -191,9 +203,10 @@ class Explorer:
         finally:
             self._quiet = False
 
-    def _show(self, start: float, background=None) -> None:
-        """Send the new frame; `start` is update()'s time.perf_counter() on entry."""
-        self.picture.value = self.frames.png(background)
+    def _show(self, start: float, background=None, strip=None) -> None:
+        """Send the new frame; `start` is update()'s time.perf_counter() on entry (see
+        `Frames.png` for `background` and `strip`)."""
+        self.picture.value = self.frames.png(background, strip)
         self.last_redraw_ms = 1000 * (time.perf_counter() - start)
 
     def png(self) -> bytes:

@@ -41,17 +41,21 @@ def cell_kind(token: str) -> int:
 
 
 class BatchGrid:
-    """A (B, L) batch drawn on `ax` as labelled cells; `draw(batch, vocab, ...)` redraws in place."""
+    """A (B, L) batch drawn on `ax` as labelled cells; `draw(batch, vocab, ...)` redraws in place.
 
-    def __init__(self, ax, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS, legend: bool = True):
-        self.ax, self.max_rows, self.max_cols = ax, max_rows, max_cols
+    `fixed_width=True` keeps the axes `max_cols` cells wide: a longer batch grows to the right
+    and the cells already drawn stay where they are.
+    """
+
+    def __init__(self, ax, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS, legend: bool = True,
+                 fixed_width: bool = False):
+        self.ax, self.max_rows, self.max_cols, self.fixed_width = ax, max_rows, max_cols, fixed_width
         self.image = ax.imshow(np.zeros((1, 1)), cmap=TOKEN_KIND_CMAP, vmin=-0.5,
                                vmax=len(KINDS) - 0.5, interpolation="nearest", aspect="auto")
         self.borders = LineCollection([], colors="white", linewidths=3)
         ax.add_collection(self.borders)
         self.cells = [[ax.text(c, r, "", ha="center", va="center", fontsize=TICK_PT, linespacing=1.5)
                        for c in range(max_cols)] for r in range(max_rows)]
-        ax.set_xticks(range(max_cols), labels=[str(c) for c in range(max_cols)])
         ax.xaxis.tick_top()
         ax.xaxis.set_label_position("top")
         ax.tick_params(length=0)
@@ -76,12 +80,14 @@ class BatchGrid:
         kinds = np.array([[cell_kind(t) for t in row] for row in tokens])
         self.image.set_data(kinds)
         self.image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
-        self.ax.set_xlim(-0.5, cols - 0.5)
+        width = self.max_cols if self.fixed_width else cols                 # in cells
+        self.ax.set_xlim(-0.5, width - 0.5)
+        self.ax.set_xticks(range(cols), labels=[str(c) for c in range(cols)])
         self.ax.set_ylim(rows - 0.5, -0.5)
         lines = [[(c - 0.5, -0.5), (c - 0.5, rows - 0.5)] for c in range(1, cols)]
         lines += [[(-0.5, r - 0.5), (cols - 0.5, r - 0.5)] for r in range(1, rows)]
         self.borders.set_segments(lines)
-        fits = self._characters_per_cell(cols)
+        fits = self._characters_per_cell(width)
         for r in range(self.max_rows):
             for c in range(self.max_cols):
                 text = self.cells[r][c]
@@ -172,13 +178,16 @@ class TokenizerExplorer(Explorer):
         fig = figure(3.2, pyplot=False)  # outside pyplot: the inline backend never shows it
         self.ax = fig.add_subplot()
         style.style_axes(self.ax)
-        self.grid = BatchGrid(self.ax, max_rows=len(self.sentences) + 1, max_cols=MAX_COLS, legend=False)
+        self.grid = BatchGrid(self.ax, max_rows=len(self.sentences) + 1, max_cols=MAX_COLS, legend=False,
+                              fixed_width=True)
         self.title = fig.suptitle(" ", fontsize=style.TITLE_PT)
         self._draw_grid(typed_batch(self.sentences, vocab, sentence)[0])
         freeze_layout(fig)     # the labels' sizes do not change with the sentence: lay out once
-        # The typed row gets its own image on top of the grid's: while L stays the same, a
-        # keystroke repaints only that row, its texts and the title over the other rows
-        # (drawn once per L: the background).
+        # The typed row gets its own image on top of the grid's: a keystroke repaints only
+        # that row, its texts and the title. The other rows come from two backgrounds drawn
+        # once: the batch at its longest (all 16 columns) and at its shortest (no typed
+        # words); a frame of length L takes its first L columns from the first, the rest from
+        # the second, so no length ever needs a full draw.
         self.typed_row = self.ax.imshow(np.zeros((1, 1)), cmap=self.grid.image.get_cmap(), vmin=-0.5,
                                         vmax=len(KINDS) - 0.5, interpolation="nearest", aspect="auto")
         moving = [self.typed_row, self.grid.borders, *self.grid.cells[len(self.sentences)], self.title]
@@ -186,6 +195,9 @@ class TokenizerExplorer(Explorer):
                                  layout=widgets.Layout(width="520px"))
         self.info = widgets.HTML()
         self._build(fig, moving, [self.text], [self.text, self.info])
+        for key, typed in (("longest", " ".join(["x"] * MAX_TOKENS)), ("shortest", "")):
+            self._draw_grid(typed_batch(self.sentences, vocab, typed)[0])
+            self.frames.draw_background(key)
         self.batch, self.message = None, ""
         self.update()
 
@@ -217,7 +229,8 @@ class TokenizerExplorer(Explorer):
         self.typed_row.set_extent((-0.5, length - 0.5, typed + 0.5, typed - 0.5))
         self.title.set_text(f"batch with your sentence as row {len(self.sentences)}: "
                             f"(B, L) = {tuple(self.batch.shape)}, dtype {self.batch.dtype}")
-        self._show(start, background=tuple(self.batch.shape))  # a new L moves every row
+        edge = self.ax.transData.transform((length - 0.5, 0))[0]          # pixels, from the left
+        self._show(start, background="longest", strip=("shortest", round(edge)))
         return self.message
 
 

@@ -104,6 +104,7 @@ class PEPanels:
     """
 
     def __init__(self, fig):
+        fig.get_layout_engine().set(wspace=0.12)    # the colour bar's label apart from the next panel
         self.ax_map, self.ax_dot = fig.subplots(1, 2, width_ratios=(1.1, 1))
         self.image = heatmap(self.ax_map, np.zeros((2, 2)), cmap=DIVERGING_CMAP, vmin=-1, vmax=1,
                              cbar_label="PE value", xlabel="dimension (column of PE)",

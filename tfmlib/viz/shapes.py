@@ -224,9 +224,10 @@ class BroadcastExplorer(Explorer):
                                          layout=widgets.Layout(width="440px"))
         self.examples.observe(self._on_example, names="value")
         self.info = widgets.HTML()
-        # Three images of new sizes, their titles and notes: nearly all of it changes, so
-        # every frame is a full draw (no moving artists; the panels have no ticks: cheap).
-        self._build(fig, [], [self.a_box, self.b_box],
+        # Three images of new sizes, their titles and notes move; the long key below them
+        # is the background, drawn once.
+        diagram = self.diagram
+        self._build(fig, [*diagram.images, *diagram.titles, *diagram.notes], [self.a_box, self.b_box],
                     [self.examples, widgets.HBox([self.a_box, self.b_box]), self.info])
         self.result, self.message = None, ""
         self.update()

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     assignments = write_course(args.out, course_notebooks(args.notebooks))
     for assignment, exercises in assignments.items():
-        print(f"{assignment}: {len(exercises)} autograded exercises, {len(exercises) * POINTS} points")
+        print(f"{assignment}: {len(exercises)} autograded exercise(s), {len(exercises) * POINTS} point(s)")
     print(f"Course written to {args.out}. Next, in that folder: nbgrader generate_assignment ASSIGNMENT")
 
 

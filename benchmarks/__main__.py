@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from . import course, kernels, report
+from . import course, generation, kernels, report
 from .timing import FULL, QUICK, keep_freed_memory, load_average, machine
 
-GROUPS = ("attention", "layers", "adam", "widgets", "training", "notebooks")
+GROUPS = ("attention", "layers", "adam", "generation", "widgets", "training", "notebooks")
 HERE = Path(__file__).resolve().parent
 
 
@@ -75,12 +75,13 @@ def run(args: argparse.Namespace) -> int:
         "layers": lambda: (kernels.mha(settings=settings, **quick.get("mha", {}))
                            + kernels.encoder_layer(settings=settings, **quick.get("encoder_layer", {}))),
         "adam": lambda: kernels.adam(settings=settings),
+        "generation": lambda: generation.rows(quick=args.quick, out=out),   # writes its figure
         "training": training,   # before the widgets: notebook 10's widget shows the trained model
         "widgets": lambda: course.widgets(repeats=6 if args.quick else 30, trained=trained),
         "notebooks": lambda: course.notebooks(course.course_notebooks()[:1] if args.quick else None),
     }
     results, failures = {}, []
-    for group in ("attention", "layers", "adam", "training", "widgets", "notebooks"):
+    for group in ("attention", "layers", "adam", "generation", "training", "widgets", "notebooks"):
         if group not in groups:
             continue
         print(f"== {group}", flush=True)

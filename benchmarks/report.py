@@ -205,6 +205,8 @@ def render(machine: Machine, run_seconds: float, quick: bool, results: dict,
                 "`tfmlib.training.train` with a held-out evaluation every few steps to find the first "
                 "step at or above 99 %; the time of the evaluations themselves (greedy decoding) is "
                 "measured and subtracted.", "", measured_table(training), ""]
+    if results.get("generation"):
+        out += generation_lines(results["generation"])
     if widgets:
         out += ["## Widget redraws", "",
                 "Each notebook's main widget, built headlessly and driven through its `update(...)` "
@@ -212,6 +214,22 @@ def render(machine: Machine, run_seconds: float, quick: bool, results: dict,
                 "sending it to the browser is not).", "", measured_table(widgets, unit="ms"), ""]
     out += [DISCUSSION]
     return "\n".join(out).rstrip() + "\n"
+
+
+def generation_lines(rows: list[Measured]) -> list[str]:
+    """Bonus notebook b2: time per new token against L, with and without the KV cache."""
+    from .generation import PLOT_NAME, slopes
+
+    slope = slopes(rows)
+    return ["## Generation: time per new token, with and without the KV cache", "",
+            "`tfmlib.viz.generation.time_per_token` on an untrained language model: the fastest of "
+            "a few runs of one step when L tokens are already there. With the cache the step is "
+            "`lm_step` on the one new token (its query against L cached keys); without, `lm_forward` "
+            "on all L + 1 tokens, as generation without a cache does at every step.", "",
+            f"![time per new token against L, with and without the cache]({PLOT_NAME})", "",
+            "Slope of log(time) against log(L) between the two longest lengths (1: grows like L, "
+            "2: like L²): " + ", ".join(f"{name} {value:.2f}" for name, value in slope.items()) + ".",
+            "", measured_table(rows, unit="ms"), ""]
 
 
 DISCUSSION = """## Discussion: where tfmlib is slower, and what closing the gap would cost

@@ -148,6 +148,21 @@ def test_command_line_quick_run_writes_results(tmp_path):
     assert not (tmp_path / report.PLOT_NAME).exists()    # no attention run, no plot
 
 
+def test_generation_benchmark_times_both_ways_and_draws_both_curves(tmp_path):
+    from benchmarks import generation
+    rows = generation.rows(quick=True, out=tmp_path)
+    lengths = generation.QUICK["lengths"]
+    assert [r.what for r in rows] == [f"L = {n}: {name}" for n in lengths
+                                      for name in ("with the cache", "without the cache")]
+    assert all(_positive(r.seconds) for r in rows)
+    assert (tmp_path / generation.PLOT_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(generation.slopes(rows)) == {"with the cache", "without the cache"}
+    m = machine()
+    m.load_end = m.load_start
+    text = report.render(m, 1.0, True, {"generation": rows}, {}, [], False, "")
+    assert "with and without the KV cache" in text and generation.PLOT_NAME in text
+
+
 @pytest.fixture(autouse=True)
 def _restore_threads():
     import torch

@@ -207,8 +207,8 @@ def plot_time_per_token(lengths, cached_s, uncached_s):
     linear axes, and on log-log axes with grey guides of slope 1 (grows like L) and 2 (L^2)."""
     fig, (linear_ax, log_ax) = style.new_figure(3.4, style.COLUMN_IN, 1, 2)
     lengths = np.asarray(lengths, dtype=float)
-    series = [("without the cache: lm_forward on all L + 1", np.asarray(uncached_s) * 1e3),
-              ("with the cache: lm_step on 1 token", np.asarray(cached_s) * 1e3)]
+    series = [("no cache: lm_forward, L + 1 tokens", np.asarray(uncached_s) * 1e3),
+              ("KV cache: lm_step, 1 token", np.asarray(cached_s) * 1e3)]
     for ax in (linear_ax, log_ax):
         for i, (label, ms) in enumerate(series):
             ax.plot(lengths, ms, label=label, markersize=4, **style.line_style(i))
@@ -221,7 +221,7 @@ def plot_time_per_token(lengths, cached_s, uncached_s):
     log_ax.set_yscale("log")
     linear_ax.set_ylim(bottom=0)
     linear_ax.set_ylabel("milliseconds per new token")
-    linear_ax.legend(loc="center left")
+    linear_ax.legend(loc="upper left")
     style.title(linear_ax, "time per new token")
     style.title(log_ax, "log-log; grey: dotted ~ L, dash-dot ~ L\u00b2")
     return fig

@@ -266,11 +266,13 @@ def _widget_08():
                         for i in range(4)],
         decoder_layers=[T.init_decoder_layer_params(16, 64, torch.Generator().manual_seed(40 + i))
                         for i in range(4)],
-        sample_names=SENTENCES)
+        sample_names=SENTENCES, src_tokens=ed_viz.token_rows(ids, vocab),
+        tgt_tokens=ed_viz.token_rows(tgt_ids, tgt_vocab))
     # Each control set here redraws once (as one click would), so change one at a time.
     return ed_viz.StackAttentionExplorer(stack, num_layers=2, num_heads=4), [
-        {"layers": 4}, {"heads": 8}, {"kind": "decoder cross-attention"}, {"sample": 1},
-        {"layers": 2}, {"heads": 4}, {"kind": "encoder self-attention"}, {"sample": 0}]
+        {"layers": 3}, {"heads": 1}, {"kind": "decoder cross-attention"}, {"sample": 1},
+        {"layers": 1}, {"heads": 4}, {"kind": "decoder self-attention (causal)"}, {"sample": 2},
+        {"layers": 2}, {"heads": 2}, {"kind": "encoder self-attention"}, {"sample": 0}]
 
 
 def _widget_09():
@@ -292,13 +294,34 @@ def _widget_10(trained=None):
     examples = [tr.decode(s, tr.VOCAB) for s in held_src]
     return ReverseExplorer(params, config, examples), [
         {"text": examples[1]}, {"head": "1"}, {"text": examples[2]}, {"head": "mean"},
-        {"text": examples[0]}]
+        {"text": "7 7 7 1"}, {"text": "3 1 4 1 5 9 2 6 5 3 5 8"}, {"head": "0"},
+        {"text": " ".join("2718281828459045235360287471352")}, {"text": examples[0]}]
+
+
+def _widget_10_lab():
+    """Notebook 10's experiment overlay, on made-up records shaped like the lab's (12
+    experiments x 2 seeds, 500 steps, an evaluation every 50): no training needed."""
+    from tfmlib.viz.training import ExperimentOverlay
+    names = ["baseline", "no positions", "1 head", "no sqrt(d_k)", "Post-LN", "Pre-LN, no warm-up",
+             "Post-LN, no warm-up", "lr x10", "label smoothing 0.1", "no weight tying",
+             "dropout 0.1", "2 layers"]
+    g = torch.Generator().manual_seed(0)
+    results = {}
+    for i, name in enumerate(names):
+        for seed in (0, 1):
+            loss = (3.0 * torch.rand(500, generator=g) * torch.linspace(1, 0.01, 500) + 0.01 * (i + 1))
+            results[name, seed] = {"step": list(range(1, 501)), "loss": loss.tolist(),
+                                   "eval_step": list(range(50, 501, 50)),
+                                   "exact_match": torch.rand(10, generator=g).sort().values.tolist()}
+    return ExperimentOverlay(results, names, selected=("baseline", "1 head", "no positions")), [
+        {"names": names[:4]}, {"names": names[4:8]}, {"names": ["baseline"]},
+        {"names": names[::3]}, {"names": names[1:5]}, {"names": ["baseline", "1 head", "no positions"]}]
 
 
 WIDGETS = {"01_shapes": _widget_01, "02_tokenization": _widget_02, "03_embeddings": _widget_03,
            "04_masks": _widget_04, "05_attention": _widget_05, "06_multihead": _widget_06,
            "07_sublayers": _widget_07, "08_encoder_decoder": _widget_08, "09_adam": _widget_09,
-           "10_training": _widget_10}
+           "10_training": _widget_10, "10_training: lab": _widget_10_lab}
 
 
 def widgets(repeats: int = 24, names=None, trained=None) -> list[Measured]:

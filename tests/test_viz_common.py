@@ -149,14 +149,14 @@ def _explorer_07():
 
 
 def _explorer_08():
-    ids, vocab, x, _ = _running_example()
+    ids, vocab, x, tokens = _running_example()
     g = torch.Generator().manual_seed(0)
     stack = encoder_decoder.StackAttention(
         x, T.padding_mask(ids, 0), x, T.target_mask(ids, 0),
         encoder_layers=[T.init_encoder_layer_params(16, 32, generator=g) for _ in range(2)],
         decoder_layers=[T.init_decoder_layer_params(16, 32, generator=g) for _ in range(2)],
-        sample_names=SENTENCES)
-    return encoder_decoder.StackAttentionExplorer(stack), {"layers": 1, "heads": 8, "sample": 2}
+        sample_names=SENTENCES, src_tokens=tokens, tgt_tokens=tokens)
+    return encoder_decoder.StackAttentionExplorer(stack), {"layers": 1, "heads": 2, "sample": 2}
 
 
 def _explorer_09():

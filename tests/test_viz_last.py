@@ -21,7 +21,9 @@ from tfmlib import (add_positional_encoding, build_vocab, embed, encode_batch,  
 from tfmlib.training import ModelConfig, init_model  # noqa: E402
 from tfmlib.viz import adam as adam_viz  # noqa: E402
 from tfmlib.viz import encoder_decoder as ed_viz  # noqa: E402
+from tfmlib.viz import style  # noqa: E402
 from tfmlib.viz import training as tr_viz  # noqa: E402
+from tfmlib.viz.lint import assert_readable  # noqa: E402
 
 SENTENCES = ["the cat sat on the mat", "i love nlp", "attention is all you need"]
 TARGETS = ["die katze sass auf der matte", "ich liebe nlp", "aufmerksamkeit ist alles"]
@@ -33,6 +35,21 @@ def _snapshot(image) -> np.ndarray:
 
 def _changed(before: np.ndarray, after: np.ndarray) -> bool:
     return before.shape != after.shape or not np.allclose(before, after, equal_nan=True)
+
+
+def _label_overlaps(ax, renderer) -> list[str]:
+    """Pairs of the axes' visible texts (the token labels the widgets place themselves)
+    whose boxes overlap by more than a pixel; the figure lint checks only tick labels."""
+    texts = [t for t in ax.texts if t.get_visible() and t.get_text()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    return [f"{a!r} and {b!r}" for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
+            if min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0) > 1
+            and min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 1]
+
+
+def _assert_readable_labels(explorer, ax, where: str) -> None:
+    assert_readable(explorer, where)                       # draws the frame: boxes are current
+    assert not _label_overlaps(ax, explorer.fig.canvas.get_renderer()), where
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +66,8 @@ def stack():
         x, padding_mask(ids, 0), y, target_mask(tgt_ids, 0),
         encoder_layers=[init_encoder_layer_params(d_model, d_ff, generator=g) for _ in range(3)],
         decoder_layers=[init_decoder_layer_params(d_model, d_ff, generator=g) for _ in range(3)],
-        sample_names=SENTENCES)
+        sample_names=SENTENCES, src_tokens=ed_viz.token_rows(ids, vocab),
+        tgt_tokens=ed_viz.token_rows(tgt_ids, tgt_vocab))
 
 
 # ---- notebook 08 ------------------------------------------------------------------------------
@@ -67,7 +85,7 @@ def test_tile_layout(stack):
     assert np.isnan(canvas[7]).all() and np.isnan(canvas[:, 8]).all()   # the separators
 
 
-@pytest.mark.parametrize("change", [dict(layers=3), dict(heads=8), dict(sample=2),
+@pytest.mark.parametrize("change", [dict(layers=3), dict(heads=1), dict(sample=2),
                                     dict(kind="decoder self-attention (causal)"),
                                     dict(kind="decoder cross-attention", heads=1, layers=1)])
 def test_stack_widget_redraws(stack, change):
@@ -78,16 +96,63 @@ def test_stack_widget_redraws(stack, change):
     assert explorer.picture.value != picture and explorer.picture.value[:4] == b"\x89PNG"
 
 
-def test_stack_widget_offers_only_divisors(stack):
+def test_stack_widget_offers_only_divisors_that_fit(stack):
     explorer = ed_viz.StackAttentionExplorer(stack)
-    assert list(explorer.heads.options) == [1, 2, 4, 8, 16]
+    d_model = stack.x.size(-1)
+    assert list(explorer.heads.options) == [1, 2, 4]        # 8 heads x 8 keys: no room for tokens
+    assert all(d_model % h == 0 for h in explorer.heads.options)
     assert explorer.layers.max == 3
+
+
+def test_stack_widget_is_readable_in_every_state(stack):
+    explorer = ed_viz.StackAttentionExplorer(stack)
+    for kind in ed_viz.KINDS:
+        for sample in range(3):
+            for layers in (1, 3):
+                for heads in (1, 4):
+                    explorer.update(layers=layers, heads=heads, kind=kind, sample=sample)
+                    _assert_readable_labels(explorer, explorer.view.ax,
+                                            f"stack widget {layers}, {heads}, {kind}, {sample}")
+
+
+def test_stack_widget_one_head_fills_the_frame(stack):
+    """The old bug: with 1 head the tiles hugged the colour bar and two thirds stayed empty."""
+    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer.update(layers=1, heads=1)
+    box = explorer.view.ax.get_position()
+    assert box.width > 0.6 and box.height >= 0.6
+    assert explorer.view.title.get_window_extent().y1 <= explorer.fig.bbox.height
+
+
+def test_stack_widget_labels_tokens_and_greys_padded_keys(stack):
+    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer.update(layers=1, heads=2, kind="encoder self-attention", sample=1)   # "i love nlp"
+    shown = [t.get_text() for t in explorer.view.labels if t.get_visible()]
+    tokens = stack.src_tokens[1]
+    assert shown == tokens + ["layer 1"] + tokens + ["head 0"] + tokens + ["head 1"]
+    rgba = explorer.image.get_array()                      # (8, 8 + 1 + 8, 4)
+    grey = matplotlib.colors.to_rgba(style.MASKED_COLOUR)
+    padded = [j for j, token in enumerate(tokens) if token == "<pad>"]
+    assert padded == [5, 6, 7]
+    np.testing.assert_allclose(rgba[:, padded], np.broadcast_to(grey, (8, 3, 4)))
+    assert not np.allclose(rgba[:, :5], grey)
+    assert (rgba[:, 8, 3] == 0).all()                       # the gap between the two heads
+
+
+def test_stack_widget_causal_tiles_grey_the_future(stack):
+    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer.update(layers=1, heads=1, kind="decoder self-attention (causal)", sample=0)
+    rgba = explorer.image.get_array()                      # (7, 7, 4)
+    grey = matplotlib.colors.to_rgba(style.MASKED_COLOUR)
+    future = np.triu(np.ones((7, 7), dtype=bool), k=1)
+    np.testing.assert_allclose(rgba[future], np.broadcast_to(grey, (future.sum(), 4)))
 
 
 def test_stack_static_figure(stack):
     fig = ed_viz.plot_stack_attention(stack, num_layers=2, num_heads=4,
                                       kind="decoder cross-attention", sample=1)
-    assert fig.axes[0].get_images()[0].get_array().shape == (15, 35)
+    assert fig.axes[0].get_images()[0].get_array().shape == (15, 35, 4)
+    assert_readable(fig, "plot_stack_attention")
     matplotlib.pyplot.close(fig)
 
 
@@ -124,6 +189,50 @@ def test_optimizer_widget_redraws(change):
     assert explorer.picture.value != picture and explorer.picture.value[:4] == b"\x89PNG"
 
 
+def test_optimizer_widget_is_readable_in_every_state():
+    explorer = adam_viz.OptimizerPathExplorer()
+    for change in (dict(), dict(lr=10 ** 0.2), dict(lr=0.001), dict(beta1=0.0), dict(beta1=0.99),
+                   dict(beta2=0.9999)):
+        explorer.update(**change)
+        assert_readable(explorer, f"optimizer widget {change}")
+
+
+def test_optimizer_surface_contours_are_labelled_and_the_loss_range_is_tight():
+    fig = adam_viz.plot_optimizer_paths()
+    surface, losses = fig.axes[:2]
+    labels = sorted(float(t.get_text()) for t in surface.texts)
+    assert labels == [0.2, 0.5, 1, 2, 4]                   # every contour but the innermost
+    low, high = losses.get_ylim()
+    start_loss = adam_viz.path_losses(np.array([adam_viz.START]))[0]
+    default_end = adam_viz.path_losses(adam_viz.optimizer_path("adam", lr=0.1))[-1]
+    assert low < default_end < start_loss < high            # both ends of the default run show
+    assert np.log10(high / low) <= 7                        # no empty decades (it was 11)
+    assert_readable(fig, "plot_optimizer_paths")
+    matplotlib.pyplot.close(fig)
+
+
+def test_bias_correction_true_value_stays_visible_under_the_corrected_curve():
+    steps = np.arange(1, 61)
+    m = 1 - 0.9 ** steps
+    v = 1 - 0.999 ** steps
+    fig = adam_viz.plot_bias_correction(steps, m, m / (1 - 0.9 ** steps), v, v / (1 - 0.999 ** steps),
+                                        gradient=1.0)
+    for ax in fig.axes:
+        truth, raw, corrected = ax.get_lines()
+        np.testing.assert_allclose(corrected.get_ydata(), 1.0)       # on the true value ...
+        assert truth.get_linewidth() >= 3 * corrected.get_linewidth()  # ... which shows around it
+        assert truth.get_zorder() <= corrected.get_zorder()
+        assert truth.get_label() in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert_readable(fig, "plot_bias_correction")
+    matplotlib.pyplot.close(fig)
+
+
+def test_schedules_figure_is_readable():
+    fig = adam_viz.plot_schedules(d_model=512, warmup_steps=4000, peak_lr=3e-3, train_steps=400)
+    assert_readable(fig, "plot_schedules")
+    matplotlib.pyplot.close(fig)
+
+
 # ---- notebook 10 ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -150,6 +259,25 @@ def test_reverse_widget_redraws(tiny_model, change):
     assert _changed(before, _snapshot(explorer.image))
     assert explorer.picture.value != picture
     assert "&rarr;" in explorer.result.value
+
+
+@pytest.mark.parametrize("digits", [3, 12, 31])
+def test_reverse_widget_is_readable_for_short_and_long_inputs(digits):
+    """The old bugs: the query label was clipped at 12 digits, the title overflowed at 31."""
+    config = ModelConfig(d_model=16, num_heads=2, d_ff=32, num_layers=1)    # max_len 32
+    params = init_model(config, torch.Generator().manual_seed(0))
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5"])
+    for head in ("mean", "1"):
+        explorer.update(text=" ".join(str(i % 10) for i in range(digits)), head=head)
+        _assert_readable_labels(explorer, explorer.ax, f"reverse widget, {digits} digits, head {head}")
+        shown = [t.get_text() for t in explorer.view.cols if t.get_visible()]
+        assert shown == [str(i % 10) for i in range(digits)]
+
+
+def test_reverse_widget_says_what_the_model_was_trained_on(tiny_model):
+    params, config = tiny_model
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5"], trained_on=(3, 10))
+    assert "trained on 3 to 10 digits" in explorer.result.value
 
 
 def test_reverse_widget_example_dropdown_sets_the_text(tiny_model):
@@ -195,6 +323,7 @@ def test_training_figures(tiny_model):
                 tr_viz.plot_cross_attention(params, config, "1 2 3"),
                 tr_viz.plot_cross_attention_mean(params, config, "1 2 3")):
         assert fig.axes
+        assert_readable(fig, fig.axes[0].get_title())
         matplotlib.pyplot.close(fig)
     assert tr_viz.tokens(torch.tensor([1, 4, 2])) == ["<bos>", "0", "<eos>"]
 
@@ -222,6 +351,7 @@ def test_plot_experiments_draws_every_seed_of_every_experiment(lab_results):
     np.testing.assert_array_equal(loss_ax.get_lines()[2].get_ydata(), lab_results["1 head", 0]["loss"])
     labels = [t.get_text() for t in match_ax.get_legend().get_texts()]
     assert labels == ["baseline", "1 head", "seed 0", "seed 1"]
+    assert_readable(fig, "plot_experiments")
     matplotlib.pyplot.close(fig)
 
 
@@ -243,3 +373,6 @@ def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):
     explorer.choice.value = ("no positions",)                    # a learner's click redraws too
     assert explorer.lines["no positions"][0][0].get_visible()
     assert not explorer.lines["baseline"][0][0].get_visible()
+    for chosen in (names, ("no positions",)):
+        explorer.update(names=chosen)
+        assert_readable(explorer, f"experiment overlay {chosen}")

@@ -19,7 +19,9 @@ pytest.importorskip("ipywidgets")
 
 import tfmlib as T  # noqa: E402
 from tfmlib.viz import multihead as mh_viz  # noqa: E402
+from tfmlib.viz import style  # noqa: E402
 from tfmlib.viz import sublayers as sl_viz  # noqa: E402
+from tfmlib.viz.lint import assert_readable  # noqa: E402
 
 SENTENCES = ["the cat sat on the mat", "i love nlp", "attention is all you need"]
 
@@ -67,7 +69,7 @@ def test_heads_explorer_default_is_the_notebook_computation(example, heads):
     params = T.init_mha_params(d_model, generator=torch.Generator().manual_seed(1))
     _, weights = T.multi_head_attention(x, x, x, params, 4, T.padding_mask(ids, vocab["<pad>"]))
     torch.testing.assert_close(heads.weights, weights[0])
-    assert heads.grid.image.get_array().shape == (2 * 8 + 2, 2 * 8 + 1)  # 2 x 2 tiles
+    assert heads.grid.image.get_array().shape == (2 * 8 + 2, 2 * 8 + 1, 4)  # 2 x 2 RGBA tiles
 
 
 def test_heads_explorer_titles_every_tile(heads):
@@ -76,20 +78,21 @@ def test_heads_explorer_titles_every_tile(heads):
     assert labels == [f"head {h}" for h in range(8)]
     # The gaps between tiles (where the titles of the second row stand) are transparent,
     # so painting the image over the cached titles does not hide them.
-    assert heads.grid.image.get_cmap().get_bad()[3] == 0
+    rgba = heads.grid.image.get_array()
+    assert (rgba[8:10, :, 3] == 0).all() and (rgba[:, 8, 3] == 0).all()
 
 
 def test_heads_explorer_update_changes_the_image(heads):
     heads.update(heads=4, d_k=4)
-    image_before = np.ma.filled(heads.grid.image.get_array(), np.nan).copy()
+    image_before = np.array(heads.grid.image.get_array())
     png_before = heads.png()
     heads.update(heads=8, d_k=2)
-    image_after = np.ma.filled(heads.grid.image.get_array(), np.nan)
-    assert image_after.shape == (2 * 8 + 2, 4 * 8 + 3)  # 2 x 4 tiles
+    image_after = np.array(heads.grid.image.get_array())
+    assert image_after.shape == (2 * 8 + 2, 4 * 8 + 3, 4)  # 2 x 4 tiles
     assert image_after.shape != image_before.shape
     assert heads.weights.shape == (8, 8, 8)
     torch.testing.assert_close(heads.weights.sum(-1), torch.ones(8, 8))
-    assert heads.title.get_text().startswith("heads = 8, d_k = 2  ->  d_model = 8 x 2 = 16")
+    assert heads.title.get_text().startswith("heads = 8, d_k = 2  ->  d_model = 8 x 2 = 16\n")
     assert (heads.heads_box.value, heads.d_k_box.value) == (8, 2)
     assert heads.png() != png_before
 
@@ -107,7 +110,7 @@ def test_heads_explorer_control_change_redraws(heads):
     heads.update(heads=4, d_k=4)
     heads.heads_box.value = 1                      # as a click would: through the observer
     assert heads.weights.shape == (1, 8, 8)
-    assert heads.grid.image.get_array().shape == (8, 8)
+    assert heads.grid.image.get_array().shape == (8, 8, 4)
 
 
 def test_heads_explorer_offers_only_valid_choices(heads):
@@ -130,8 +133,32 @@ def test_plot_heads_static_figure(example, heads):
     heads.update(heads=4, d_k=4)
     fig = mh_viz.plot_heads(heads.weights, heads.tokens, title="default")
     image = fig.axes[0].images[0].get_array()
-    np.testing.assert_allclose(np.ma.filled(image, np.nan), mh_viz.tile_heads(heads.weights))
+    np.testing.assert_allclose(image, mh_viz.tile_colours(mh_viz.tile_heads(heads.weights)))
+    assert_readable(fig, "plot_heads")
     plt.close(fig)
+
+
+def test_heads_explorer_is_readable_in_every_state(heads):
+    for h in mh_viz.HEAD_CHOICES:
+        for d_k in mh_viz.D_K_CHOICES:
+            heads.update(heads=h, d_k=d_k)
+            assert_readable(heads, f"heads explorer, heads={h}, d_k={d_k}")
+
+
+def test_heads_explorer_scale_is_0_to_1_and_padded_keys_are_grey(example):
+    ids, vocab = example
+    explorer = mh_viz.heads_explorer(ids, vocab, sample=1)    # "i love nlp": 3 padded keys
+    explorer.update(heads=2, d_k=8)
+    rgba = explorer.grid.image.get_array()                    # (8, 8 + 1 + 8, 4)
+    grey = matplotlib.colors.to_rgba(style.MASKED_COLOUR)
+    padded = [j for j, token in enumerate(explorer.tokens) if token == "<pad>"]
+    assert padded == [5, 6, 7]
+    for tile_left in (0, 9):
+        for j in range(8):
+            np.testing.assert_allclose(rgba[:, tile_left + j], [grey] * 8 if j in padded else
+                                       style.ATTENTION_CMAP(explorer.weights[tile_left // 9, :, j].numpy()))
+    bar = [a for a in explorer.fig.axes if a is not explorer.ax and a.get_ylim() == (0.0, 1.0)]
+    assert bar, "a colour bar from 0 to 1"
 
 
 # ---- notebook 07: LayerNorm explorer -----------------------------------------------------------
@@ -185,8 +212,16 @@ def test_summary_never_prints_negative_zero():
     assert "-0.000" not in sl_viz.summary(torch.tensor([[[-1e-6, 1e-6]]]), 0.0, False)
 
 
+def test_block_explorer_is_readable_in_every_mode(block):
+    for norm_first in (False, True):
+        for p in (0.0, 0.45, 0.9):
+            block.update(p=p, norm_first=norm_first)
+            assert_readable(block, f"block explorer, p={p}, norm_first={norm_first}")
+
+
 def test_static_block_histograms(block):
     fig = sl_viz.plot_block_histograms(block.x, block.sublayer, block.norm, p=0.1)
+    assert_readable(fig, "plot_block_histograms")
     assert len(fig.axes) == 3
     assert fig._suptitle.get_text().startswith("Post-LN, dropout p = 0.10")
     plt.close(fig)

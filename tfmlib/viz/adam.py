@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import time
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 from ..adam import (adam_init, adam_step, sgd_step, warmup_cosine_lr, warmup_inverse_sqrt_lr,
                     zero_grad)
+from . import style
 from .common import Explorer
+from .textcache import cache_text
 
 START = (-4.0, 1.5)
 STEPS = 100
@@ -50,10 +50,22 @@ def path_losses(path: np.ndarray) -> np.ndarray:
         return path[:, 0] ** 2 / 20 + path[:, 1] ** 2
 
 
+LOSS_RANGE = (1e-6, 1e1)   # from below where a good run ends to above the start (3.05)
+TITLE_SAMPLE = "100 steps, lr=0.001; Adam betas=(0.99, 0.9999)"  # the longest title
+
+
 def _draw_surface(ax):
     xs, ys = np.meshgrid(np.linspace(-5, 5, 201), np.linspace(-2.5, 2.5, 101))
-    levels = [0.01, 0.05, 0.2, 0.5, 1, 2, 4, 6.25]
-    ax.contour(xs, ys, xs ** 2 / 20 + ys ** 2, levels=levels, colors="0.6", linewidths=0.8)
+    levels = [0.05, 0.2, 0.5, 1, 2, 4]
+    contours = ax.contour(xs, ys, xs ** 2 / 20 + ys ** 2, levels=levels, cmap=style.SEQUENTIAL_CMAP,
+                          vmin=0, vmax=6, linewidths=0.8, alpha=0.7)  # no pale yellow
+    # The loss on each contour, written in the lower right, where no path from START goes
+    # and no legend stands: at 70 degrees below the x axis on each ellipse.
+    angle = np.radians(-70)
+    # (The innermost, 0.05, is left unlabelled: the paths end there and would cover it.)
+    labelled = levels[1:]
+    places = [(np.sqrt(20 * level) * np.cos(angle), np.sqrt(level) * np.sin(angle)) for level in labelled]
+    ax.clabel(contours, labelled, fmt="%g", fontsize=style.TICK_PT, manual=places)
     ax.plot([0], [0], marker="*", color="black", markersize=12, linestyle="none", label="minimum")
     ax.plot([START[0]], [START[1]], marker="o", color="black", linestyle="none", label="start")
     ax.set_xlim(-5, 5)
@@ -63,51 +75,65 @@ def _draw_surface(ax):
     ax.set_ylabel("y  (steep direction)")
 
 
-def _new_axes(fig):
-    surface, losses = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
+def _new_axes(fig_and_axes):
+    fig, (surface, losses) = fig_and_axes
     _draw_surface(surface)
-    sgd_line, = surface.plot([], [], ".-", color="tab:orange", markersize=3, linewidth=1,
-                             label="SGD")
-    adam_line, = surface.plot([], [], ".-", color="tab:blue", markersize=3, linewidth=1,
-                              label="Adam")
-    surface.legend(loc="lower right", fontsize=8)
+    sgd_style, adam_style = style.line_style(1), style.line_style(0)
+    sgd_line, = surface.plot([], [], markersize=3, linewidth=1, label="SGD", **sgd_style)
+    adam_line, = surface.plot([], [], markersize=3, linewidth=1, label="Adam", **adam_style)
+    surface.legend(loc="upper right", ncols=2)   # a corner the paths from START keep away from
     steps = np.arange(STEPS + 1)
-    sgd_loss, = losses.semilogy(steps, np.ones(STEPS + 1), color="tab:orange", label="SGD")
-    adam_loss, = losses.semilogy(steps, np.ones(STEPS + 1), color="tab:blue", label="Adam")
-    losses.set_ylim(1e-8, 1e3)
+    sgd_loss, = losses.semilogy(steps, np.ones(STEPS + 1), label="SGD",
+                                **{**sgd_style, "marker": None})
+    adam_loss, = losses.semilogy(steps, np.ones(STEPS + 1), label="Adam",
+                                 **{**adam_style, "marker": None})
+    losses.set_ylim(*LOSS_RANGE)
     losses.set_xlabel("step")
     losses.set_ylabel("loss  f(x, y)  (log scale)")
-    losses.set_title("loss per step")
-    losses.legend(fontsize=8)
-    fig.tight_layout()
+    style.title(losses, "loss per step")
+    losses.legend(loc="lower left")
+    surface.set_title(TITLE_SAMPLE)        # the layout makes room for the longest title
     return surface, (sgd_line, adam_line, sgd_loss, adam_loss)
 
 
-def _set(surface, lines, lr, beta1, beta2):
-    sgd = optimizer_path("sgd", lr)
-    adam = optimizer_path("adam", lr, (beta1, beta2))
+def _paths(lr, beta1, beta2, cache=None):
+    """(SGD path, Adam path), remembered in `cache` when given: SGD depends on lr alone."""
+    cache = {} if cache is None else cache
+    if ("sgd", lr) not in cache:
+        cache["sgd", lr] = optimizer_path("sgd", lr)
+    if ("adam", lr, beta1, beta2) not in cache:
+        cache["adam", lr, beta1, beta2] = optimizer_path("adam", lr, (beta1, beta2))
+    return cache["sgd", lr], cache["adam", lr, beta1, beta2]
+
+
+def _set(surface, lines, lr, beta1, beta2, cache=None):
+    sgd, adam = _paths(lr, beta1, beta2, cache)
     sgd_line, adam_line, sgd_loss, adam_loss = lines
     sgd_line.set_data(sgd[:, 0], sgd[:, 1])
     adam_line.set_data(adam[:, 0], adam[:, 1])
     sgd_loss.set_ydata(np.clip(path_losses(sgd), 1e-12, 1e6))
     adam_loss.set_ydata(np.clip(path_losses(adam), 1e-12, 1e6))
-    surface.set_title(f"{STEPS} steps, lr={lr:.3g}; Adam betas=({beta1:.2f}, {beta2:g})")
+    style.title(surface, f"{STEPS} steps, lr={lr:.3g}; Adam betas=({beta1:.2f}, {beta2:g})")
     return sgd, adam
+
+
+FIGSIZE = (style.COLUMN_IN, 3.6)
+WIDTH_RATIOS = [1.6, 1]
 
 
 def plot_optimizer_paths(lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.999):
     """Static figure: SGD and Adam paths on `bowl`, and their losses."""
-    fig = plt.figure(figsize=(10, 3.6))
-    surface, lines = _new_axes(fig)
+    fig_and_axes = style.new_figure(FIGSIZE[1], FIGSIZE[0], 1, 2, width_ratios=WIDTH_RATIOS)
+    surface, lines = _new_axes(fig_and_axes)
     _set(surface, lines, lr, beta1, beta2)
-    return fig
+    return fig_and_axes[0]
 
 
 class OptimizerPathExplorer(Explorer):
     """Sliders for lr, beta1, beta2 -> the SGD and Adam paths on `bowl` and their losses.
 
     `update(lr=..., beta1=..., beta2=...)` redraws (see `Explorer`); `lines` are the
-    (SGD path, Adam path, SGD loss, Adam loss) artists.
+    (SGD path, Adam path, SGD loss, Adam loss) artists. Paths are remembered per setting.
     """
 
     def __init__(self, lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.999):
@@ -120,39 +146,48 @@ class OptimizerPathExplorer(Explorer):
                                          description="beta1", continuous_update=False)
         self.beta2 = widgets.SelectionSlider(options=list(BETA2_CHOICES), value=beta2,
                                              description="beta2", continuous_update=False)
-        fig = Figure(figsize=(10, 3.6))  # outside pyplot: the inline backend never shows it
-        self.surface, self.lines = _new_axes(fig)
+        fig_and_axes = style.new_figure(FIGSIZE[1], FIGSIZE[0], 1, 2, pyplot=False,
+                                        width_ratios=WIDTH_RATIOS)
+        self.surface, self.lines = _new_axes(fig_and_axes)
+        fig = fig_and_axes[0]
+        style.freeze_layout(fig)
+        self.paths = {}
         controls = [self.lr, self.beta1, self.beta2]
         # Contours, axes and ticks never change (the background); the four lines and the
         # title move.
         self._build(fig, [*self.lines, self.surface.title], controls, [widgets.HBox(controls)])
+        cache_text(self.frames.canvas.get_renderer())
         self.update()
 
     def update(self, lr=None, beta1=None, beta2=None) -> None:
         """Redraw for the given values (None keeps the control's current value)."""
         start = time.perf_counter()
         self._set_controls((self.lr, lr), (self.beta1, beta1), (self.beta2, beta2))
-        _set(self.surface, self.lines, self.lr.value, self.beta1.value, self.beta2.value)
+        _set(self.surface, self.lines, self.lr.value, self.beta1.value, self.beta2.value,
+             self.paths)
         self._show(start)
 
 
 def plot_bias_correction(steps, m, m_hat, v, v_hat, gradient: float):
-    """Two panels: m and m_hat, sqrt(v) and sqrt(v_hat), over the first steps."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
-    left.plot(steps, m, "o-", markersize=3, label="m (raw running mean)")
-    left.plot(steps, m_hat, "o-", markersize=3, label="m_hat = m / (1 - beta1^t)")
-    left.axhline(gradient, color="0.5", linestyle="--", linewidth=1, label="the true gradient")
-    left.set_title("first moment, beta1 = 0.9")
-    right.plot(steps, np.sqrt(v), "o-", markersize=3, label="sqrt(v)")
-    right.plot(steps, np.sqrt(v_hat), "o-", markersize=3, label="sqrt(v_hat)")
-    right.axhline(abs(gradient), color="0.5", linestyle="--", linewidth=1, label="|gradient|")
-    right.set_title("second moment, beta2 = 0.999")
-    for ax, place in ((left, "lower right"), (right, "center right")):
+    """Two panels: m and m_hat, sqrt(v) and sqrt(v_hat), over the first steps.
+
+    The corrected curves lie on the true value: the true value is a thick pale band drawn
+    first, so both stay visible where they coincide.
+    """
+    fig, (left, right) = style.new_figure(3.4, style.COLUMN_IN, 1, 2, sharey=True)
+    panels = ((left, m, m_hat, gradient, "m (raw running mean)", "m_hat = m / (1 - beta1^t)",
+               "true gradient", "first moment, beta1 = 0.9"),
+              (right, np.sqrt(v), np.sqrt(v_hat), abs(gradient), "sqrt(v)", "sqrt(v_hat)",
+               "|true gradient|", "second moment, beta2 = 0.999"))
+    for ax, raw, corrected, truth, raw_label, corrected_label, truth_label, name in panels:
+        ax.axhline(truth, color=style.GUIDE_COLOUR, linewidth=7, alpha=0.3, label=truth_label)
+        ax.plot(steps, raw, markersize=3, label=raw_label, **style.line_style(0))
+        ax.plot(steps, corrected, markersize=3, label=corrected_label, **style.line_style(1))
+        style.title(ax, name)
         ax.set_xlabel("step t")
         ax.set_ylim(0, abs(gradient) * 1.25)
-        ax.legend(fontsize=8, loc=place)
+        ax.legend(loc="center right")          # between the curves near 0 and those near 1
     left.set_ylabel("value")
-    fig.tight_layout()
     return fig
 
 
@@ -160,29 +195,28 @@ def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: in
                    peak_lr: float = 3e-3, train_steps: int = 400):
     """Two panels, learning rate against step: the paper's warmup_inverse_sqrt_lr, and the
     warmup_cosine_lr that tfmlib.training.train uses (a tenth of the steps to warm up)."""
-    fig, (paper, cosine) = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, (paper, cosine) = style.new_figure(3.4, style.COLUMN_IN, 1, 2)
     steps = np.union1d(np.arange(0, paper_steps + 1, max(1, paper_steps // 2000)), [warmup_steps])
     paper.plot(steps, [warmup_inverse_sqrt_lr(int(s), d_model, warmup_steps) for s in steps],
-               color="tab:blue")
+               color=style.PALETTE[0])
     peak = warmup_inverse_sqrt_lr(warmup_steps, d_model, warmup_steps)
-    paper.axvline(warmup_steps, color="0.5", linestyle="--", linewidth=1)
+    paper.axvline(warmup_steps, color=style.GUIDE_COLOUR, linestyle="--", linewidth=1)
     paper.annotate(f"peak {peak:.2e}\nat step {warmup_steps}", (warmup_steps, peak),
-                   xytext=(warmup_steps + paper_steps * 0.08, peak * 0.8), fontsize=9,
-                   arrowprops={"arrowstyle": "->", "color": "0.3"})
-    paper.set_title(f"the paper: d_model={d_model}, warm-up {warmup_steps} steps")
+                   xytext=(warmup_steps + paper_steps * 0.08, peak * 0.8), fontsize=style.TICK_PT,
+                   arrowprops={"arrowstyle": "->", "color": style.GUIDE_COLOUR})
+    style.title(paper, f"the paper: d_model={d_model}, warm-up {warmup_steps}")
     paper.set_ylabel("learning rate")
 
     warmup = max(1, train_steps // 10)
     steps = np.arange(train_steps + 1)
     cosine.plot(steps, [warmup_cosine_lr(int(s), peak_lr, warmup, train_steps) for s in steps],
-                color="tab:orange")
-    cosine.axvline(warmup, color="0.5", linestyle="--", linewidth=1)
-    cosine.axhline(0.1 * peak_lr, color="0.5", linestyle=":", linewidth=1)
-    cosine.set_title(f"train(): warm-up {warmup} steps, cosine to a tenth")
+                color=style.PALETTE[1], linestyle="--")
+    cosine.axvline(warmup, color=style.GUIDE_COLOUR, linestyle="--", linewidth=1)
+    cosine.axhline(0.1 * peak_lr, color=style.GUIDE_COLOUR, linestyle=":", linewidth=1)
+    style.title(cosine, f"train(): warm-up {warmup}, cosine to a tenth")
     for ax in (paper, cosine):
         ax.set_xlabel("step")
         ax.set_ylim(bottom=0)
         ax.set_xlim(0, steps[-1] if ax is cosine else paper_steps)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
-    fig.tight_layout()
     return fig

@@ -1,33 +1,52 @@
 """Notebook 08: the attention maps of every layer of an encoder-decoder stack, tiled into one image.
 
-`StackAttention` holds one batch and enough layers' params; `maps(...)` runs the
+`StackAttention` holds one batch, its tokens and enough layers' params; `maps(...)` runs the
 stack and returns each layer's weights (from tfmlib's `stack_attention_weights`).
-`plot_stack_attention` draws them for a static figure, `stack_attention_widget`
-lets the learner change the number of layers, heads, the sentence and which
-attention to look at.
+`plot_stack_attention` draws them for a static figure, `StackAttentionExplorer` lets the
+learner change the number of layers, heads, the sentence and which attention to look at.
+Both draw through `StackPicture`: one image of tiles (a row per layer, a column per head),
+tokens on both axes, masked keys grey.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.figure import Figure
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 
 from ..encoder_decoder import encoder, stack_attention_weights
+from ..tokenization import invert_vocab
+from . import style
 from .common import Explorer
+from .textcache import cache_text
 
 KINDS = {"encoder self-attention": "encoder",
          "decoder self-attention (causal)": "decoder_self",
          "decoder cross-attention": "decoder_cross"}
+HEAD_CHOICES = (1, 2, 4)   # 4 heads of 8 keys still leave room for a token under every column
+MAX_LAYERS = 3             # 3 layers of 8 queries still leave room for a token beside every row
+FIGSIZE = (style.COLUMN_IN, 6.0)
+# The axes' box in figure fractions, fixed for every setting: room on the left for the query
+# tokens, below for the key tokens, above for the title and head names, right for the
+# layer names and the colour bar.
+AXES_BOX = (0.19, 0.27, 0.665, 0.6)
+COLOURBAR_BOX = (0.905, 0.27, 0.018, 0.6)
+
+
+def token_rows(ids: torch.Tensor, vocab: dict) -> list[list[str]]:
+    """(B, L) ids -> B lists of L tokens."""
+    id_to_token = invert_vocab(vocab)
+    return [[id_to_token[i] for i in row] for row in ids.tolist()]
 
 
 @dataclass
 class StackAttention:
     """One batch through a stack: source x (B, Ls, D) with its padding mask (B, 1, 1, Ls),
-    target y (B, Lt, D) with its mask (B, 1, Lt, Lt), and params for up to len(...) layers."""
+    target y (B, Lt, D) with its mask (B, 1, Lt, Lt), params for up to len(...) layers, and
+    each sample's name and tokens (`token_rows`)."""
     x: torch.Tensor
     src_mask: torch.Tensor
     y: torch.Tensor
@@ -35,6 +54,8 @@ class StackAttention:
     encoder_layers: list
     decoder_layers: list
     sample_names: list
+    src_tokens: list
+    tgt_tokens: list
 
     @property
     def max_layers(self) -> int:
@@ -52,56 +73,128 @@ class StackAttention:
                                           self.tgt_mask, memory=memory, memory_mask=self.src_mask)
         return weights["self_attn"] if kind == "decoder_self" else weights["cross_attn"]
 
+    def blocked(self, kind: str, sample: int) -> torch.Tensor:
+        """(Lq, Lk) bool, True where the mask hides the key from the query."""
+        if kind == "encoder":
+            mask = self.src_mask[sample, 0].expand(self.x.size(1), -1)       # (Ls, Ls)
+        elif kind == "decoder_self":
+            mask = self.tgt_mask[sample, 0]                                   # (Lt, Lt)
+        else:
+            mask = self.src_mask[sample, 0].expand(self.y.size(1), -1)       # (Lt, Ls)
+        return ~mask
 
-def tile(maps: list[torch.Tensor], sample: int) -> np.ndarray:
+    def tokens(self, kind: str, sample: int) -> tuple[list[str], list[str]]:
+        """(query tokens, key tokens) of one sample for one kind of attention."""
+        src, tgt = self.src_tokens[sample], self.tgt_tokens[sample]
+        return {"encoder": (src, src), "decoder_self": (tgt, tgt), "decoder_cross": (tgt, src)}[kind]
+
+
+def tile(maps: list[torch.Tensor], sample: int, blocked=None) -> np.ma.MaskedArray:
     """[(B, H, Lq, Lk)] per layer -> one 2-D image: a row of tiles per layer, a column per head.
 
-    Tiles are separated by one row/column of NaN, which imshow leaves blank.
+    Tiles are separated by one row/column of NaN, which imshow leaves blank; `blocked`
+    (Lq, Lk) bool marks the masked cells of every tile (drawn grey, not as a weight of 0).
     """
     layers = [m[sample].float().numpy() for m in maps]       # each (H, Lq, Lk)
     heads, lq, lk = layers[0].shape
     canvas = np.full((len(layers) * (lq + 1) - 1, heads * (lk + 1) - 1), np.nan)
+    bad = np.zeros(canvas.shape, dtype=bool)
     for row, weights in enumerate(layers):
         for col in range(heads):
             top, left = row * (lq + 1), col * (lk + 1)
             canvas[top:top + lq, left:left + lk] = weights[col]
-    return canvas
+            if blocked is not None:
+                bad[top:top + lq, left:left + lk] = blocked.numpy()
+    return np.ma.masked_array(canvas, mask=bad)
 
 
-def _style(ax, image, canvas, num_layers, num_heads, kind_label, sample_name):
-    rows, cols = canvas.shape
-    lq = (rows + 1) // num_layers - 1
-    lk = (cols + 1) // num_heads - 1
-    image.set_data(canvas)
-    image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
-    ax.set_xlim(-0.5, cols - 0.5)
-    ax.set_ylim(rows - 0.5, -0.5)
-    ax.set_xticks([c * (lk + 1) + (lk - 1) / 2 for c in range(num_heads)],
-                  labels=[str(c) for c in range(num_heads)])  # heads from 0, as in 06 and 10
-    ax.set_yticks([r * (lq + 1) + (lq - 1) / 2 for r in range(num_layers)],
-                  labels=[str(r + 1) for r in range(num_layers)])
-    ax.set_title(f"{kind_label}, '{sample_name}'\n"
-                 f"{num_layers} layer(s) x {num_heads} head(s); each tile (Lq={lq}) x (Lk={lk})",
-                 fontsize=10)
+def colours(canvas: np.ma.MaskedArray) -> np.ndarray:
+    """The tiles (rows, cols) -> RGBA (rows, cols, 4): weights on the attention map's 0-1
+    scale, masked cells grey, the NaN gaps between tiles transparent."""
+    rgba = style.ATTENTION_CMAP(np.ma.masked_array(np.nan_to_num(canvas.data), mask=canvas.mask))
+    rgba[np.isnan(canvas.data), 3] = 0.0
+    return rgba
 
 
-def _new_axes(fig, canvas):
-    ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(canvas, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
-    ax.set_xlabel("head  (inside a tile: keys, left to right)")
-    ax.set_ylabel("layer  (inside a tile: queries, top to bottom)")
-    bar = fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
-    bar.set_label("attention weight")
-    return ax, image
+class StackPicture:
+    """The tiled maps on a fixed axes, with a pool of text labels moved for each setting.
+
+    Tokens are plain texts, not tick labels: a redraw moves them (they change with every
+    control) without a new layout, and the axes box never moves, so one cached background
+    (the frame, the axis names, the colour bar) serves every setting.
+    """
+
+    def __init__(self, fig):
+        self.ax = fig.add_axes(AXES_BOX)
+        # One RGBA image (`colours`): a second, masked image for the grey cells would double
+        # the slowest step of a frame, resampling an image to the screen.
+        self.image = self.ax.imshow(np.zeros((2, 2, 4)), interpolation="nearest", aspect="auto")
+        self.ax.set_xticks([])
+        self.ax.set_yticks([])
+        # Axis names at the canvas' edges, beyond the longest token (the texts set the ticks).
+        fig.text(AXES_BOX[0] + AXES_BOX[2] / 2, 0.012,
+                 "columns: heads; inside a tile, " + style.KEY_LABEL,
+                 ha="center", va="bottom", fontsize=style.LABEL_PT)
+        fig.text(0.008, AXES_BOX[1] + AXES_BOX[3] / 2, "rows: layers; inside a tile, " + style.QUERY_LABEL,
+                 ha="left", va="center", rotation=90, fontsize=style.LABEL_PT)
+        scale = ScalarMappable(Normalize(0.0, 1.0), style.ATTENTION_CMAP)
+        bar = fig.colorbar(scale, cax=fig.add_axes(COLOURBAR_BOX), ticks=[0, 0.5, 1])
+        bar.set_label(style.ATTENTION_CBAR_LABEL, fontsize=style.LABEL_PT)
+        bar.ax.tick_params(labelsize=style.TICK_PT)
+        self.title = fig.text(0.5, 0.975, "", ha="center", va="top", fontsize=style.TITLE_PT)
+        longest = MAX_LAYERS * 8 + max(HEAD_CHOICES) * 8     # a label for every row and column
+        text = dict(fontsize=style.TICK_PT, clip_on=False)
+        self.labels = [self.ax.text(0, 0, "", **text) for _ in range(longest + 16)]
+        self.moving = [self.image, self.title, *self.labels]
+
+    def draw(self, canvas: np.ma.MaskedArray, layers: int, heads: int, queries, keys,
+             title: str) -> None:
+        rows, cols = canvas.shape
+        extent = (-0.5, cols - 0.5, rows - 0.5, -0.5)
+        self.image.set_data(colours(canvas))
+        self.image.set_extent(extent)
+        self.ax.set_xlim(-0.5, cols - 0.5)
+        self.ax.set_ylim(rows - 0.5, -0.5)
+        self.title.set_text(title)
+        lq, lk = len(queries), len(keys)
+        places = []
+        for layer in range(layers):                  # query tokens left of each layer's row
+            top = layer * (lq + 1)
+            places += [(-0.7, top + i, token, 0, "right", "center") for i, token in enumerate(queries)]
+            places.append((cols - 0.3, top + (lq - 1) / 2, f"layer {layer + 1}", 270, "left", "center"))
+        for head in range(heads):                    # key tokens under each head's column
+            left = head * (lk + 1)
+            places += [(left + j, rows - 0.3, token, 90, "center", "top") for j, token in enumerate(keys)]
+            places.append((left + (lk - 1) / 2, -0.7, f"head {head}", 0, "center", "bottom"))
+        for label, place in zip(self.labels, places):
+            x, y, text, rotation, ha, va = place
+            label.set(position=(x, y), text=text, rotation=rotation, ha=ha, va=va, visible=True)
+        for label in self.labels[len(places):]:
+            label.set_visible(False)
+
+
+def _title(kind_label: str, sample_name: str, layers: int, heads: int, lq: int, lk: int) -> str:
+    return (f"{kind_label}, '{sample_name}'\n"
+            f"{layers} layer(s) x {heads} head(s); each tile {lq} queries x {lk} keys")
+
+
+def _setting_picture(stack, picture, layers, heads, kind_label, sample, maps) -> None:
+    kind = KINDS[kind_label]
+    queries, keys = stack.tokens(kind, sample)
+    canvas = tile(maps, sample, stack.blocked(kind, sample))
+    picture.draw(canvas, layers, heads, queries, keys,
+                 _title(kind_label, stack.sample_names[sample], layers, heads, len(queries), len(keys)))
 
 
 def plot_stack_attention(stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
                          kind: str = "encoder self-attention", sample: int = 0):
     """A static figure of the tiled attention maps (for readers without widget JavaScript)."""
-    canvas = tile(stack.maps(num_layers, num_heads, KINDS[kind]), sample)
-    fig = plt.figure(figsize=(9, 4.2))
-    ax, image = _new_axes(fig, canvas)
-    _style(ax, image, canvas, num_layers, num_heads, kind, stack.sample_names[sample])
+    fig, _ = style.new_figure(FIGSIZE[1], FIGSIZE[0])
+    fig.set_layout_engine("none")          # the labels' room is fixed in AXES_BOX
+    fig.delaxes(fig.axes[0])
+    picture = StackPicture(fig)
+    _setting_picture(stack, picture, num_layers, num_heads, kind, sample,
+                     stack.maps(num_layers, num_heads, KINDS[kind]))
     return fig
 
 
@@ -109,41 +202,52 @@ class StackAttentionExplorer(Explorer):
     """Layers, heads, which attention and which sentence -> the tiled attention maps.
 
     `update(layers=..., heads=..., kind=..., sample=...)` redraws (see `Explorer`);
-    `image` is the imshow artist.
+    `image` is the imshow artist. Every setting's maps are computed when the explorer is
+    built (27 small stack runs), so a click only moves artists.
     """
 
     def __init__(self, stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
                  kind: str = "encoder self-attention", sample: int = 0):
         import ipywidgets as widgets
+        from matplotlib.figure import Figure
 
         self.stack = stack
-        d_model = stack.x.size(-1)
-        self.layers = widgets.IntSlider(value=num_layers, min=1, max=stack.max_layers,
-                                        description="layers")
-        self.heads = widgets.Dropdown(options=[h for h in range(1, d_model + 1) if d_model % h == 0],
-                                      value=num_heads, description="heads")
+        self.layers = widgets.IntSlider(value=num_layers, min=1,
+                                        max=min(MAX_LAYERS, stack.max_layers), description="layers")
+        self.heads = widgets.Dropdown(options=list(HEAD_CHOICES), value=num_heads,
+                                      description="heads")
         self.kind = widgets.Dropdown(options=list(KINDS), value=kind, description="attention",
                                      layout=widgets.Layout(width="330px"))
         self.sample = widgets.Dropdown(options=[(n, i) for i, n in enumerate(stack.sample_names)],
                                        value=sample, description="sentence",
                                        layout=widgets.Layout(width="330px"))
-        fig = Figure(figsize=(9, 4.2))  # outside pyplot: the inline backend never shows it
-        self.ax, self.image = _new_axes(fig, tile(stack.maps(num_layers, num_heads, KINDS[kind]), sample))
+        self.all_maps = {(n, h, k): stack.maps(n, h, k) for n in range(1, self.layers.max + 1)
+                         for h in HEAD_CHOICES for k in KINDS.values()}
+        fig = Figure(figsize=FIGSIZE)  # outside pyplot: the inline backend never shows it
+        self.view = StackPicture(fig)
+        self.image = self.view.image
         controls = [self.layers, self.heads, self.kind, self.sample]
-        # Ticks and title depend on every control: one background per setting, the maps move.
-        self._build(fig, [self.image], controls,
+        # The axes never move: one background for all settings; the maps and labels move.
+        self._build(fig, self.view.moving, controls,
                     [widgets.HBox(controls[:2]), widgets.HBox(controls[2:])])
-        self.update()
+        cache_text(self.frames.canvas.get_renderer())
+        # Rasterise every label once now (each sentence's tokens, at the widest setting),
+        # so that no click pays for drawing a text for the first time.
+        for kind_label in KINDS:
+            for s in range(len(stack.sample_names)):
+                self.update(layers=self.layers.max, heads=max(HEAD_CHOICES), kind=kind_label, sample=s)
+        self.update(layers=num_layers, heads=num_heads, kind=kind, sample=sample)
 
     def update(self, layers=None, heads=None, kind=None, sample=None) -> None:
         """Redraw for the given values (None keeps the control's current value)."""
         start = time.perf_counter()
         self._set_controls((self.layers, layers), (self.heads, heads), (self.kind, kind),
                            (self.sample, sample))
-        setting = (self.layers.value, self.heads.value, self.kind.value, self.sample.value)
-        canvas = tile(self.stack.maps(setting[0], setting[1], KINDS[setting[2]]), setting[3])
-        _style(self.ax, self.image, canvas, *setting[:3], self.stack.sample_names[setting[3]])
-        self._show(start, background=setting)
+        n, h, kind_label, s = (self.layers.value, self.heads.value, self.kind.value,
+                               self.sample.value)
+        _setting_picture(self.stack, self.view, n, h, kind_label, s,
+                         self.all_maps[n, h, KINDS[kind_label]])
+        self._show(start, background="all settings")
 
 
 def stack_attention_widget(stack: StackAttention, **defaults) -> StackAttentionExplorer:

@@ -10,19 +10,24 @@ import time
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 from .. import dropout, layer_norm, residual_sublayer
+from . import style
 from .common import Explorer
+from .textcache import cache_text
 
 EDGES = np.linspace(-6.0, 6.0, 49)  # bins of width 0.25; values beyond +-6 land in the end bins
 P_MAX = 0.9
+P_STEP = 0.05
 PANEL_TITLES = {
-    False: ("LayerNorm input: x + Dropout(FFN(x))", "LayerNorm output",
-            "block output = LayerNorm(x + Dropout(FFN(x)))"),
-    True: ("LayerNorm input: x itself", "LayerNorm output (fed to the FFN)",
-           "block output = x + Dropout(FFN(LayerNorm(x)))"),
+    False: ("LayerNorm input:\nx + Dropout(FFN(x))", "LayerNorm output",
+            "block output =\nLayerNorm(x + Dropout(FFN(x)))"),
+    True: ("LayerNorm input:\nx itself", "LayerNorm output\n(fed to the FFN)",
+           "block output =\nx + Dropout(FFN(LayerNorm(x)))"),
 }
+FIGSIZE = (style.COLUMN_IN, 3.9)
+# Fixed margins (figure fractions): room for two-line panel titles under the summary line.
+MARGINS = dict(left=0.085, right=0.985, bottom=0.14, top=0.76, wspace=0.1)
 
 
 def block_stages(x: torch.Tensor, sublayer, norm: dict, p: float, norm_first: bool,
@@ -70,33 +75,33 @@ def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool
     """Fill three axes with step histograms; returns the artists a redraw repaints."""
     steps, titles, means = [], [], []
     for ax, values, title in zip(axes, stages.values(), PANEL_TITLES[norm_first]):
-        steps.append(ax.stairs(fractions(values), EDGES, fill=True, alpha=0.75, color="tab:blue",
+        steps.append(ax.stairs(fractions(values), EDGES, fill=True, alpha=0.75, color=style.PALETTE[0],
                                label="this stage"))
         mean = values.mean().item()
-        means.append(ax.axvline(mean, color="tab:red", linewidth=1.2, label="mean"))
-        titles.append(ax.set_title(title, fontsize=9))
+        means.append(ax.axvline(mean, color=style.PALETTE[1], linestyle="--", linewidth=1.2,
+                                label="mean"))
+        titles.append(style.title(ax, title))
         ax.set_xlim(EDGES[0], EDGES[-1])
         ax.set_ylim(0, ymax)
         ax.set_xlabel("activation value")
     # The block's input x, dashed on the last panel: how much did the block change it?
     reference = axes[-1].stairs(fractions(block_input), EDGES, color="black", linestyle="--",
                                 linewidth=1, label="block input x")
-    axes[-1].legend(loc="upper right", fontsize=8, frameon=False)
+    axes[-1].legend(loc="upper left", fontsize=style.TICK_PT, frameon=False)  # left of the bars
     axes[0].set_ylabel("share of the B x L x D values")
     return steps, titles, means, reference
 
 
 def plot_block_histograms(x: torch.Tensor, sublayer, norm: dict, p: float = 0.1,
-                          norm_first: bool = False, seed: int = 0, figsize=(10.5, 3.6)):
+                          norm_first: bool = False, seed: int = 0, figsize=FIGSIZE):
     """Static figure: the three histograms of one residual block at one setting."""
-    import matplotlib.pyplot as plt
-
     stages = block_stages(x, sublayer, norm, p, norm_first, seed)
-    fig, axes = plt.subplots(1, 3, figsize=figsize, sharey=True)
+    fig, axes = style.new_figure(figsize[1], figsize[0], 1, 3, sharey=True)
+    fig.set_layout_engine(None)            # the same fixed margins as the widget's
     ymax = 1.15 * max(fractions(v).max() for v in (*stages.values(), x))
     _draw_panels(axes, stages, x, norm_first, ymax)
-    fig.suptitle(summary(stages["block output"], p, norm_first), fontsize=10)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.8, wspace=0.08)
+    fig.suptitle(summary(stages["block output"], p, norm_first), fontsize=style.TITLE_PT)
+    fig.subplots_adjust(**MARGINS)
     return fig
 
 
@@ -112,19 +117,20 @@ class BlockExplorer(Explorer):
         import ipywidgets as widgets
 
         self.x, self.sublayer, self.norm, self.seed = x, sublayer, norm, seed
-        # One y-range for every setting, so bars can be compared across moves of the slider.
-        settings = [(float(q), first) for q in np.linspace(0.0, P_MAX, 10)
-                    for first in (False, True)]
-        self.ymax = 1.1 * max(fractions(v).max() for q, first in settings
-                              for v in block_stages(x, sublayer, norm, q, first, seed).values())
-        fig = Figure(figsize=(10.5, 3.6))  # outside pyplot: the inline backend never shows it
-        self.axes = fig.subplots(1, 3, sharey=True)
-        fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.8, wspace=0.08)
+        # Every setting the slider offers, computed now: a move only redraws. One y-range for
+        # all of them, so bars can be compared across moves of the slider.
+        self.all_stages = {(round(float(q), 2), first): block_stages(x, sublayer, norm, float(q), first, seed)
+                           for q in np.arange(0.0, P_MAX + 1e-9, P_STEP) for first in (False, True)}
+        self.ymax = 1.1 * max(fractions(v).max() for stages in self.all_stages.values()
+                              for v in stages.values())
+        fig, self.axes = style.new_figure(FIGSIZE[1], FIGSIZE[0], 1, 3, pyplot=False, sharey=True)
+        fig.set_layout_engine(None)
+        fig.subplots_adjust(**MARGINS)
         self.stages = block_stages(x, sublayer, norm, p, norm_first, seed)
         self.steps, self.titles, self.means, self.reference = _draw_panels(
             self.axes, self.stages, x, norm_first, self.ymax)
-        self.headline = fig.suptitle("", fontsize=10)
-        self.p_slider = widgets.FloatSlider(value=p, min=0.0, max=P_MAX, step=0.05,
+        self.headline = fig.suptitle("", fontsize=style.TITLE_PT)
+        self.p_slider = widgets.FloatSlider(value=p, min=0.0, max=P_MAX, step=P_STEP,
                                             description="dropout p", readout_format=".2f")
         self.mode = widgets.ToggleButtons(options=[("Post-LN", False), ("Pre-LN", True)],
                                           value=norm_first, description="LayerNorm")
@@ -132,6 +138,7 @@ class BlockExplorer(Explorer):
         # histogram never changes, but it is drawn on top of the bars, so it moves too.
         self._build(fig, [*self.steps, *self.means, self.reference, self.headline],
                     [self.p_slider, self.mode], [widgets.HBox([self.p_slider, self.mode])])
+        cache_text(self.frames.canvas.get_renderer())
         self.summary = ""
         for mode in (not norm_first, norm_first):  # draw both backgrounds now, not on a click
             self.update(norm_first=mode)
@@ -141,7 +148,11 @@ class BlockExplorer(Explorer):
         start = time.perf_counter()
         self._set_controls((self.p_slider, p), (self.mode, norm_first))
         p, norm_first = float(self.p_slider.value), bool(self.mode.value)
-        self.stages = block_stages(self.x, self.sublayer, self.norm, p, norm_first, self.seed)
+        key = (round(p, 2), norm_first)
+        if key not in self.all_stages:             # a value set from code, off the slider's steps
+            self.all_stages[key] = block_stages(self.x, self.sublayer, self.norm, p, norm_first,
+                                                self.seed)
+        self.stages = self.all_stages[key]
         for step, line, values in zip(self.steps, self.means, self.stages.values()):
             step.set_data(fractions(values))
             mean = values.mean().item()

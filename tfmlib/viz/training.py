@@ -8,7 +8,6 @@ from __future__ import annotations
 import html
 import time
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.figure import Figure
@@ -16,29 +15,31 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ..tokenization import decode, invert_vocab
 from ..training import VOCAB, attention_maps, digits_to_ids, greedy_decode
+from . import style
 from .common import Explorer
+from .textcache import cache_text
 
 ID_TO_TOKEN = invert_vocab(VOCAB)
 
 
 def plot_training_curves(history: dict):
     """Loss per step (log scale) and held-out exact match per evaluation."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
-    left.semilogy(history["step"], history["loss"], linewidth=1)
+    fig, (left, right) = style.new_figure(3.2, style.COLUMN_IN, 1, 2)
+    left.semilogy(history["step"], history["loss"], linewidth=1, color=style.PALETTE[0])
     left.set_xlabel("training step")
     left.set_ylabel("cross-entropy loss (log scale)")
-    left.set_title("training loss")
-    right.plot(history["eval_step"], history["exact_match"], "o-")
+    style.title(left, "training loss")
+    right.plot(history["eval_step"], history["exact_match"], "o-", color=style.PALETTE[0])
     right.annotate(f"final: {history['exact_match'][-1]:.1%}",
                    (history["eval_step"][-1], history["exact_match"][-1]),
-                   textcoords="offset points", xytext=(-10, -22), ha="right", fontsize=9)
-    right.axhline(0.99, color="0.5", linestyle="--", linewidth=1, label="99 %")
+                   textcoords="offset points", xytext=(-10, -22), ha="right",
+                   fontsize=style.TICK_PT)
+    right.axhline(0.99, color=style.GUIDE_COLOUR, linestyle="--", linewidth=1, label="99 %")
     right.set_ylim(-0.02, 1.02)
     right.set_xlabel("training step")
     right.set_ylabel("exact match (fraction)")
-    right.set_title("held-out sequences decoded exactly right")
-    right.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    style.title(right, "held-out sequences exactly right")
+    right.legend(loc="lower right")
     return fig
 
 
@@ -54,7 +55,9 @@ def predict_with_attention(params: dict, config, text: str):
     Row i of the map is the decoder step that wrote predicted token i.
     """
     src = digits_to_ids(text)                                  # (1, Ls)
-    predicted = greedy_decode(params, src, config)             # (1, Lt + 1), starts with <bos>
+    # The reverse has Ls digits and <eos>: one token more shows that a model runs on.
+    predicted = greedy_decode(params, src, config,             # (1, Lt + 1), starts with <bos>
+                              max_new_tokens=min(config.max_len - 1, src.size(1) + 2))
     if (predicted == VOCAB["<pad>"]).any():
         predicted = predicted[:, : int((predicted != VOCAB["<pad>"]).sum())]
     tgt_in = predicted[:, :-1]                                 # what the decoder read
@@ -62,22 +65,24 @@ def predict_with_attention(params: dict, config, text: str):
     return tokens(src[0]), tokens(predicted[0, 1:]), cross[0]
 
 
+QUERY_LABEL = "query: the token being written"
+KEY_LABEL = "key: the source digit looked at"
+
+
 def plot_cross_attention(params: dict, config, text: str):
     """One heatmap per head of the last decoder layer's cross-attention, and their mean."""
     source, output, cross = predict_with_attention(params, config, text)
     heads = cross.size(0)
-    fig, axes = plt.subplots(1, heads + 1, figsize=(2.6 * (heads + 1), 2.9), sharey=True)
+    fig, axes = style.new_figure(3.0, style.COLUMN_IN, 1, heads + 1, sharey=True)
     panels = [(f"head {h}", cross[h]) for h in range(heads)] + [("mean of heads", cross.mean(0))]
-    for ax, (title, weights) in zip(axes, panels):
-        image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0, vmax=1)
-        ax.set_xticks(range(len(source)), labels=source)
-        ax.set_yticks(range(len(output)), labels=output)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("source token (key)")
-    axes[0].set_ylabel("token being written (query)")
-    bar = fig.colorbar(image, ax=list(axes), fraction=0.02, pad=0.01)
-    bar.set_label("attention weight")
-    fig.suptitle(f"last decoder layer's cross-attention, input '{' '.join(source)}'", y=1.04)
+    for i, (ax, (name, weights)) in enumerate(zip(axes, panels)):
+        image = style.attention_heatmap(ax, weights, output, source, title_text=name,
+                                        colorbar_=False, xlabel="source digit (key)",
+                                        ylabel=QUERY_LABEL if i == 0 else "")
+        ax.tick_params(axis="x", rotation=0)
+    style.colorbar(fig, image, list(axes), style.ATTENTION_CBAR_LABEL.split(" (")[0],
+                   ticks=[0, 0.5, 1], fraction=0.03, pad=0.02)
+    fig.suptitle(f"last decoder layer's cross-attention, input '{' '.join(source)}'")
     return fig
 
 
@@ -87,35 +92,68 @@ def _verdict(source: list[str], output: list[str]) -> tuple[str, bool]:
     return got, got == expected
 
 
-def _draw_map(ax, image, source, output, cross, head: str):
-    """Put head `head` ("mean" or "0".."H-1") of cross (H, Lt, Ls) into the image artist."""
-    weights = cross.mean(0) if head == "mean" else cross[int(head)]
-    rows, cols = weights.shape
-    image.set_data(weights.numpy())
-    image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
-    ax.set_xticks(range(cols), labels=source)
-    ax.set_yticks(range(rows), labels=output)
-    got, right = _verdict(source, output)
-    ax.set_title(f"'{' '.join(source)}' -> '{got}' ({'right' if right else 'wrong'})\n"
-                 f"cross-attention, last decoder layer, head: {head}", fontsize=10)
+#: The map's figure: room for 31 source digits across and 32 written tokens down.
+MAP_FIGSIZE = (6.6, 5.8)
+MAP_BOX = (0.2, 0.14, 0.6, 0.72)          # the axes, fixed: labels are texts placed around it
+MAP_BAR_BOX = (0.855, 0.14, 0.025, 0.72)
+MAX_TOKENS = 34                            # labels kept for either axis (config.max_len + 2)
 
 
-def _new_map(fig):
-    ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(np.zeros((2, 2)), cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-    ax.set_xlabel("source token (key)")
-    ax.set_ylabel("token being written (query)")
-    bar = fig.colorbar(image, ax=ax, fraction=0.04)
-    bar.set_label("attention weight")
-    return ax, image
+class CrossAttentionMap:
+    """One head's (or the mean) cross-attention map on a fixed axes, token labels as texts.
+
+    The axes never moves and the tokens are plain texts moved for each input, so one cached
+    background (frame, axis names, colour bar) serves every input (see `StackPicture` in
+    encoder_decoder.py for the same idea).
+    """
+
+    def __init__(self, fig):
+        self.ax = fig.add_axes(MAP_BOX)
+        self.image = self.ax.imshow(np.zeros((2, 2)), cmap=style.ATTENTION_CMAP, vmin=0, vmax=1,
+                                    interpolation="nearest", aspect="auto")
+        self.ax.set_xticks([])
+        self.ax.set_yticks([])
+        fig.text(MAP_BOX[0] + MAP_BOX[2] / 2, 0.015, KEY_LABEL, ha="center", va="bottom",
+                 fontsize=style.LABEL_PT)
+        fig.text(0.015, MAP_BOX[1] + MAP_BOX[3] / 2, QUERY_LABEL, ha="left", va="center",
+                 rotation=90, fontsize=style.LABEL_PT)
+        bar = fig.colorbar(self.image, cax=fig.add_axes(MAP_BAR_BOX), ticks=[0, 0.5, 1])
+        bar.set_label(style.ATTENTION_CBAR_LABEL.split(" (")[0], fontsize=style.LABEL_PT)
+        bar.ax.tick_params(labelsize=style.TICK_PT)
+        self.title = fig.text(0.5, 0.985, "", ha="center", va="top", fontsize=style.TITLE_PT)
+        text = dict(fontsize=style.TICK_PT, clip_on=False)
+        self.rows = [self.ax.text(-0.7, i, "", ha="right", va="center", **text)
+                     for i in range(MAX_TOKENS)]
+        self.cols = [self.ax.text(j, 0, "", ha="center", va="top", **text)
+                     for j in range(MAX_TOKENS)]
+        self.moving = [self.image, self.title, *self.rows, *self.cols]
+
+    def draw(self, source, output, cross, head: str) -> None:
+        """Show head `head` ("mean" or "0".."H-1") of cross (H, Lt, Ls)."""
+        weights = cross.mean(0) if head == "mean" else cross[int(head)]
+        rows, cols = weights.shape
+        self.image.set_data(weights.numpy())
+        self.image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
+        self.ax.set_xlim(-0.5, cols - 0.5)
+        self.ax.set_ylim(rows - 0.5, -0.5)
+        for labels, names, place in ((self.rows, output, lambda i: (-0.6, i)),
+                                     (self.cols, source, lambda j: (j, rows - 0.35))):
+            for i, label in enumerate(labels):
+                label.set_visible(i < len(names))
+                if i < len(names):
+                    label.set(text=names[i], position=place(i))
+        got, right = _verdict(source, output)
+        self.title.set_text(f"last decoder layer's cross-attention, head: {head}\n"
+                            f"{len(source)} digits in, the reverse {'right' if right else 'wrong'}")
 
 
 def plot_cross_attention_mean(params: dict, config, text: str, head: str = "mean"):
     """Static version of the widget's view: one map of the last decoder layer's cross-attention."""
     source, output, cross = predict_with_attention(params, config, text)
-    fig = plt.figure(figsize=(5.2, 4.0))
-    ax, image = _new_map(fig)
-    _draw_map(ax, image, source, output, cross, head)
+    fig, _ = style.new_figure(MAP_FIGSIZE[1], MAP_FIGSIZE[0])
+    fig.set_layout_engine("none")          # the labels' room is fixed in MAP_BOX
+    fig.delaxes(fig.axes[0])
+    CrossAttentionMap(fig).draw(source, output, cross, head)
     return fig
 
 
@@ -125,12 +163,15 @@ class ReverseExplorer(Explorer):
     `update(text=..., head=...)` redraws (see `Explorer`); `image` is the heatmap artist,
     `result` the HTML line with the prediction. The example menu shows the example on
     screen (blank for digits of one's own), so picking any entry changes the picture.
+    `trained_on` (shortest, longest) is what the result line says the model saw in training.
     """
 
-    def __init__(self, params: dict, config, examples: list[str], head: str = "mean"):
+    def __init__(self, params: dict, config, examples: list[str], head: str = "mean",
+                 trained_on: tuple[int, int] = (3, 10)):
         import ipywidgets as widgets
+        from matplotlib.figure import Figure
 
-        self.params, self.config = params, config
+        self.params, self.config, self.trained_on = params, config, trained_on
         self.example = widgets.Dropdown(options=examples, value=examples[0], description="example")
         self.example.observe(self._on_example, names="value")
         self.text = widgets.Text(value=examples[0], description="digits", continuous_update=False,
@@ -139,17 +180,26 @@ class ReverseExplorer(Explorer):
             options=["mean"] + [str(h) for h in range(config.num_heads)], value=head,
             description="head", style={"button_width": "64px"})  # room for "mean"
         self.result = widgets.HTML()
-        fig = Figure(figsize=(5.2, 4.0))  # outside pyplot: the inline backend never shows it
-        self.ax, self.image = _new_map(fig)
-        # The ticks (the tokens) change with the input: one background per input; switching
-        # heads only repaints the map and its title.
-        self._build(fig, [self.image, self.ax.title], [self.text, self.head],
+        self._predictions = {}
+        fig = Figure(figsize=MAP_FIGSIZE)  # outside pyplot: the inline backend never shows it
+        self.view = CrossAttentionMap(fig)
+        self.ax, self.image = self.view.ax, self.view.image
+        # The axes never moves: one background for every input; map, title and tokens move.
+        self._build(fig, self.view.moving, [self.text, self.head],
                     [widgets.HBox([self.example, self.text]), self.head, self.result])
+        cache_text(self.frames.canvas.get_renderer())
         self.update()
 
     def _on_example(self, change) -> None:
         if not self._quiet and change["new"] is not None:
             self.update(text=change["new"])
+
+    def _predict(self, text: str):
+        """predict_with_attention, remembered per input: a click on a head runs no model."""
+        key = "".join(text.split())
+        if key not in self._predictions:
+            self._predictions[key] = predict_with_attention(self.params, self.config, text)
+        return self._predictions[key]
 
     def update(self, text=None, head=None) -> None:
         """Redraw for the given values (None keeps the control's current value)."""
@@ -158,22 +208,23 @@ class ReverseExplorer(Explorer):
         with self._quietly():  # None, the blank entry, included
             self.example.value = self.text.value if self.text.value in self.example.options else None
         try:
-            source, output, cross = predict_with_attention(self.params, self.config, self.text.value)
+            source, output, cross = self._predict(self.text.value)
         except ValueError as error:
-            self.result.value = f"<span style='color:#b3261e'>{html.escape(str(error))}</span>"
+            self.result.value = f"<span style='color:{style.ERROR_COLOUR}'>{html.escape(str(error))}</span>"
             return
         got, right = _verdict(source, output)
         verdict = "right" if right else f"wrong: the reverse is {' '.join(reversed(source))}"
+        shortest, longest = self.trained_on
         self.result.value = (f"<code>{' '.join(source)}</code> &rarr; <b><code>{got}</code></b> "
-                             f"({verdict}; the model was trained on 3 to 8 digits)")
-        _draw_map(self.ax, self.image, source, output, cross, self.head.value)
-        self._show(start, background=(tuple(source), tuple(output)))
+                             f"({verdict}; the model was trained on {shortest} to {longest} digits)")
+        self.view.draw(source, output, cross, self.head.value)
+        self._show(start, background="every input")
 
 
 # ---- the experiments lab ------------------------------------------------------------------------
 
-#: Okabe and Ito's colour-blind-safe palette, one colour per experiment of a figure.
-EXPERIMENT_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000")
+#: The course's colour-blind-safe palette (Okabe and Ito), one colour per experiment of a figure.
+EXPERIMENT_COLORS = style.PALETTE
 #: One line style per seed: seed 0 solid, seed 1 dashed, ...
 SEED_STYLES = ("-", "--", ":", "-.")
 
@@ -186,24 +237,26 @@ def _color(index: int) -> str:
 def _lab_axes(fig):
     """The two panels of every lab figure: training loss per step, held-out exact match."""
     loss_ax, match_ax = fig.subplots(1, 2)
+    for ax in (loss_ax, match_ax):
+        style.style_axes(ax)
     loss_ax.set_yscale("log")
     loss_ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))          # 0.5, 1, 2, 5, ...
     loss_ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # not 5x10^-1
     loss_ax.yaxis.set_minor_formatter(NullFormatter())
     loss_ax.set_xlabel("training step")
     loss_ax.set_ylabel("training loss (log scale)")
-    loss_ax.set_title("training loss")
+    style.title(loss_ax, "training loss")
     match_ax.set_ylim(-0.02, 1.02)
     match_ax.set_xlabel("training step")
     match_ax.set_ylabel("exact match (fraction)")
-    match_ax.set_title("held-out sequences answered exactly right")
+    style.title(match_ax, "held-out, exactly right")
     return loss_ax, match_ax
 
 
-def _record_lines(loss_ax, match_ax, record: dict, color: str, style: str):
+def _record_lines(loss_ax, match_ax, record: dict, color: str, dashes: str):
     """Draw one run (an experiment on one seed) -> its (loss line, exact-match line)."""
-    loss_line, = loss_ax.plot(record["step"], record["loss"], style, color=color, linewidth=1)
-    match_line, = match_ax.plot(record["eval_step"], record["exact_match"], style, marker="o",
+    loss_line, = loss_ax.plot(record["step"], record["loss"], dashes, color=color, linewidth=1)
+    match_line, = match_ax.plot(record["eval_step"], record["exact_match"], dashes, marker="o",
                                 markersize=4, color=color, linewidth=1.5)
     return loss_line, match_line
 
@@ -213,9 +266,9 @@ def _lab_legend(ax, names, seeds):
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=_color(i), linewidth=2, label=name) for i, name in enumerate(names)]
-    handles += [Line2D([], [], color="0.4", linestyle=SEED_STYLES[i % len(SEED_STYLES)],
+    handles += [Line2D([], [], color=style.GUIDE_COLOUR, linestyle=SEED_STYLES[i % len(SEED_STYLES)],
                        label=f"seed {seed}") for i, seed in enumerate(seeds)]
-    return ax.legend(handles=handles, fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+    return ax.legend(handles=handles, fontsize=style.TICK_PT, loc="upper left", bbox_to_anchor=(1.02, 1.0),
                      borderaxespad=0)
 
 
@@ -228,7 +281,8 @@ def plot_experiments(results: dict, names):
     """Learning curves of the experiments `names` from run_all's results, every seed drawn:
     loss per step (left) and held-out exact match (right); colour = experiment, style = seed."""
     seeds = lab_seeds(results)
-    fig = plt.figure(figsize=(10, 3.4), layout="constrained")
+    fig, _ = style.new_figure(3.4)
+    fig.delaxes(fig.axes[0])              # _lab_axes makes the two panels
     loss_ax, match_ax = _lab_axes(fig)
     for i, name in enumerate(names):
         for j, seed in enumerate(seeds):
@@ -257,9 +311,9 @@ class ExperimentOverlay(Explorer):
         self.choice = widgets.SelectMultiple(options=list(names), value=tuple(selected),
                                              rows=min(len(names), 12), description="overlay",
                                              layout=widgets.Layout(width="320px"))
-        fig = Figure(figsize=(10, 3.4))  # outside pyplot: the inline backend never shows it
+        fig = Figure(figsize=(style.COLUMN_IN, 3.4))  # outside pyplot: the inline backend never shows it
         self.loss_ax, self.match_ax = _lab_axes(fig)
-        fig.subplots_adjust(left=0.075, right=0.785, bottom=0.16, top=0.90, wspace=0.3)
+        fig.subplots_adjust(left=0.09, right=0.74, bottom=0.15, top=0.90, wspace=0.38)
         self.lines = {name: [_record_lines(self.loss_ax, self.match_ax, results[name, seed],
                                            EXPERIMENT_COLORS[0], SEED_STYLES[j % len(SEED_STYLES)])
                              for j, seed in enumerate(self.seeds)] for name in names}
@@ -271,6 +325,7 @@ class ExperimentOverlay(Explorer):
         self.hint = widgets.HTML("Ctrl-click (Cmd-click on a Mac) picks several experiments.")
         self._build(fig, moving + [self.legend], [self.choice],
                     [widgets.HBox([self.choice, self.hint])])
+        cache_text(self.frames.canvas.get_renderer())
         self.frames.png(background="all runs")
         self.update()
 

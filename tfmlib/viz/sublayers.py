@@ -76,7 +76,7 @@ def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool
     steps, titles, means = [], [], []
     for ax, values, title in zip(axes, stages.values(), PANEL_TITLES[norm_first]):
         steps.append(ax.stairs(fractions(values), EDGES, fill=True, alpha=0.75, color=style.PALETTE[0],
-                               label="this stage"))
+                               label="stage"))
         mean = values.mean().item()
         means.append(ax.axvline(mean, color=style.PALETTE[1], linestyle="--", linewidth=1.2,
                                 label="mean"))
@@ -86,7 +86,7 @@ def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool
         ax.set_xlabel("activation value")
     # The block's input x, dashed on the last panel: how much did the block change it?
     reference = axes[-1].stairs(fractions(block_input), EDGES, color="black", linestyle="--",
-                                linewidth=1, label="block input x")
+                                linewidth=1, label="input x")
     axes[-1].legend(loc="upper left", fontsize=style.TICK_PT, frameon=False)  # left of the bars
     axes[0].set_ylabel("share of the B x L x D values")
     return steps, titles, means, reference

@@ -363,7 +363,7 @@ def random_windows(ids: torch.Tensor, batch_size: int, length: int,
 
 
 def train_lm(config: LMConfig, train_ids: torch.Tensor, val_ids: torch.Tensor | None = None,
-             steps: int = 300, batch_size: int = 32, lr: float = 1e-2, seed: int = 0,
+             steps: int = 500, batch_size: int = 16, lr: float = 2e-2, seed: int = 0,
              eval_every: int = 50) -> tuple[dict, dict]:
     """Train with adam_step on random windows of max_len + 1 characters of `train_ids`.
 

@@ -27,7 +27,8 @@ from tfmlib.viz.style import (COLUMN_IN, DIVERGING_CMAP, MASK_CMAP, attention_he
 ROOT = Path(__file__).resolve().parents[1]
 #: Notebooks whose figures and widget frames must pass the lint; the others join as their
 #: figures move to the course style (issue 12: 02-05 in part A, 06-10 in part B).
-LINTED_NOTEBOOKS = ["01_shapes", "02_tokenization", "03_embeddings", "04_masks", "05_attention"]
+LINTED_NOTEBOOKS = ["01_shapes", "02_tokenization", "03_embeddings", "04_masks", "05_attention",
+                    "06_multihead", "07_sublayers", "08_encoder_decoder", "09_adam", "10_training"]
 
 
 @pytest.fixture(autouse=True)

@@ -38,7 +38,7 @@ NOTEBOOK_OF_TOPIC = {
     "masks": "04_masks", "attention": "05_attention", "multihead": "06_multihead",
     "sublayers": "07_sublayers", "encoder_decoder": "08_encoder_decoder", "adam": "09_adam",
     "training": "10_training",
-    "generation": "b2_generation",  # bonus
+    "language_model": "b1_language_model", "generation": "b2_generation",  # bonus
 }
 
 

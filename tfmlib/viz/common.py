@@ -15,6 +15,7 @@ import torch
 
 from . import style
 from .style import DIVERGING_CMAP, DPI, SEQUENTIAL_CMAP, TICK_PT, new_figure, signed_limits, style_axes
+from .textcache import cache_text
 
 
 def heatmap(ax, matrix, x_labels=None, y_labels=None, *, title: str = "", xlabel: str = "",
@@ -89,6 +90,7 @@ class Frames:
             self.moving += ax.spines.values()
         self.moving.sort(key=lambda artist: artist.get_zorder())
         self.canvas = FigureCanvasAgg(fig)  # renders off screen, pyplot or not
+        cache_text(self.canvas.get_renderer())   # each distinct text is rasterised once
         self.backgrounds = {}
 
     @property

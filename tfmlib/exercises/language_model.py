@@ -27,6 +27,7 @@ from ..masks import causal_mask
 from ..multihead import linear, multi_head_attention
 from ..sublayers import feed_forward, layer_norm
 from .core import Case, Exercise, Mistake, register
+from .encoder_decoder import _double
 from .multihead import causal, padding, random_mha_params
 from .sublayers import random_ffn_params, random_norm_params
 
@@ -47,17 +48,6 @@ def random_lm_params(config: LMConfig, g: torch.Generator) -> dict:
             "position_embedding": 0.5 * torch.randn(config.max_len, d, generator=g),
             "blocks": [random_block(d, config.d_ff, g) for _ in range(config.num_layers)],
             "final_norm": random_norm_params(d, g)}
-
-
-def _double(value):
-    """`value` (a tensor, or dicts, lists and tuples of them) with every float tensor made float64."""
-    if isinstance(value, torch.Tensor):
-        return value.double() if value.is_floating_point() else value
-    if isinstance(value, dict):
-        return {k: _double(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_double(v) for v in value)
-    return value
 
 
 # ---- decoder_block ------------------------------------------------------------------------------

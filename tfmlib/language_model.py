@@ -44,6 +44,12 @@ VERBS = {"singular": ("sees", "likes", "chases", "finds"),
 ADJECTIVES = ("small", "big", "red", "old")
 
 
+def grammar_words() -> set[str]:
+    """Every word the grammar of `make_corpus` can write."""
+    groups = (DETERMINERS, NOUNS, VERBS)
+    return {word for group in groups for forms in group.values() for word in forms} | set(ADJECTIVES)
+
+
 def _noun_phrase(rng: random.Random, number: str) -> str:
     words = [rng.choice(DETERMINERS[number])]
     if rng.random() < 0.5:

@@ -366,6 +366,16 @@ def exact_match(params: dict, src: torch.Tensor, tgt: torch.Tensor, config: Mode
     return sum(hits) / len(hits)
 
 
+def exact_match_by_length(params: dict, config: ModelConfig, lengths, count: int = 200,
+                          seed: int = 7, task: str = "reverse") -> dict[int, float]:
+    """{length: exact match} on `count` held-out sequences of exactly that many digits each."""
+    accuracy = {}
+    for length in lengths:
+        src, tgt = make_batch(task, count, length, length, True, torch.Generator().manual_seed(seed))
+        accuracy[length] = exact_match(params, src, tgt, config)
+    return accuracy
+
+
 def digits_to_ids(text: str) -> torch.Tensor:
     """"3 1 4" or "314" -> (1, L) source ids."""
     digits = [c for c in text if not c.isspace()]

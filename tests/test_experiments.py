@@ -282,6 +282,15 @@ def test_parallel_runs_equal_serial_runs():
     assert record["eval_step"][-1] == lab.LAB_TRAINING["steps"]
 
 
+def test_started_runs_train_while_this_process_works_and_equal_serial_runs():
+    """start() hands the runs to workers and returns; notebook 10 trains its own model meanwhile."""
+    runs = lab.start(["sum, regressor"], seeds=(0, 1), workers=2)
+    here = lab.run("sum, regressor", 1)                       # this process is free meanwhile
+    records = runs.results()
+    assert records == lab.run_all(["sum, regressor"], seeds=(0, 1), workers=1)
+    assert records["sum, regressor", 1] == here
+
+
 def test_summary_and_table():
     record = {"name": "x", "seed": 0, "step": list(range(1, 31)), "loss": [3.0] * 20 + [1.0] * 10,
               "eval_step": [30], "exact_match": [0.25]}

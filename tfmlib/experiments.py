@@ -2,9 +2,10 @@
 
 Every experiment is a short training of a small "lab" model (`LAB_CONFIG`, `LAB_TRAINING`)
 with one change. `run` trains one experiment on one seed; `run_all` trains many, on several
-processes at once, and gives the same numbers as running them one after the other. The
-encoder-only regressor of the sum (`init_regressor`, `regress`, `train_regressor`) lives here
-too: it shares the embedding and the encoder stack with the encoder-decoder.
+processes at once, and gives the same numbers as running them one after the other; `start`
+does the same in the background, while the caller goes on. The encoder-only regressor of the
+sum (`init_regressor`, `regress`, `train_regressor`) lives here too: it shares the embedding
+and the encoder stack with the encoder-decoder.
 """
 from __future__ import annotations
 
@@ -97,22 +98,42 @@ def run(name: str, seed: int) -> dict:
 
 
 def run_all(names, seeds=(0, 1), workers: int = 2) -> dict:
-    """Every (name, seed) pair -> {(name, seed): record}; `workers` processes train at once.
+    """Every (name, seed) pair -> {(name, seed): record}; `workers` processes train at once."""
+    return start(names, seeds, workers).results()
+
+
+class LabRuns:
+    """Runs handed to worker processes by `start`; `results()` waits for them all."""
+
+    def __init__(self, jobs: list, pool: ProcessPoolExecutor | None):
+        self._jobs, self._pool = jobs, pool
+        self._futures = [pool.submit(run, name, seed) for name, seed in jobs] if pool else None
+
+    def results(self) -> dict:
+        if self._pool is None:
+            records = [run(name, seed) for name, seed in self._jobs]
+        else:
+            records = [future.result() for future in self._futures]
+            self._pool.shutdown()
+        return {(r["name"], r["seed"]): r for r in records}
+
+
+def start(names, seeds=(0, 1), workers: int = 2) -> LabRuns:
+    """Start training every (name, seed) pair on `workers` processes and return at once, so
+    that the runs go on while the caller does other work; `.results()` collects them.
 
     The workers are started with "spawn" (a fresh Python importing torch), never "fork": a
     fork of a process whose torch thread pool is running can hang. Each run is on one
-    thread, so the records are the same for any number of workers.
+    thread, so the records are the same for any number of workers. With workers <= 1 the
+    runs happen in this process, when `.results()` is called.
     """
     jobs = [(name, seed) for name in names for seed in seeds]
     for name, _ in jobs:
         _experiment(name)                                   # unknown names fail here, not in a worker
     if workers <= 1:
-        records = [run(name, seed) for name, seed in jobs]
-    else:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            records = list(pool.map(run, *zip(*jobs)))
-    return {(r["name"], r["seed"]): r for r in records}
+        return LabRuns(jobs, None)
+    context = multiprocessing.get_context("spawn")
+    return LabRuns(jobs, ProcessPoolExecutor(max_workers=workers, mp_context=context))
 
 
 def _experiment(name: str) -> Experiment:

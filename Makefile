@@ -5,6 +5,7 @@
 #
 #   make unit       unit tests only (tests/, without tests/browser/)
 #   make notebooks  run every notebook under nbval (stored outputs must match)
+#   make notebooks-other-cpu  the notebooks that train, under nbval with other CPU kernels
 #   make browser    the real-browser test (tests/browser/), installs chromium if missing
 #   make bench      python -m benchmarks
 #   make mutants    mutation test of the exercise checks; writes benchmarks/MUTANTS.md
@@ -53,10 +54,15 @@ NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_san
 # (loadscope keeps all cells of one notebook on one worker; plain -n 2 fails).
 NBVAL_XDIST :=
 NOTEBOOKS_DIR := notebooks
+# The notebooks that print trained results, run a second time with the plain C++ kernels and
+# MKL's reproducible mode, a stand-in for another CPU: nbval must still pass, since they compare
+# no trained digit (tests/test_claims.py varies seeds and threads too).
+OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
+TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test unit notebooks browser bench mutants execute chromium teacher nbgrader-course clean distclean
+.PHONY: help install course test unit notebooks notebooks-other-cpu browser bench mutants execute chromium teacher nbgrader-course clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -100,6 +106,7 @@ course: install
 test: install teacher chromium
 	$(PYTEST)
 	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(NOTEBOOKS_DIR)/
+	env $(OTHER_CPU) $(PYTEST) $(NBVAL_FLAGS) $(TRAINED_NOTEBOOKS)
 
 # --- Pieces ------------------------------------------------------------------
 unit: install teacher
@@ -107,6 +114,9 @@ unit: install teacher
 
 notebooks: install
 	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(NOTEBOOKS_DIR)/
+
+notebooks-other-cpu: install
+	env $(OTHER_CPU) $(PYTEST) $(NBVAL_FLAGS) $(TRAINED_NOTEBOOKS)
 
 browser: install chromium
 	$(PYTEST) tests/browser

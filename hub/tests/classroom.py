@@ -84,6 +84,14 @@ def memory_of(marker: str, user: str) -> dict[str, float]:
     return total
 
 
+def _body(method: str, body) -> str | None:
+    """A POST always carries a body: one without is forwarded by the Python proxy with both
+    Transfer-Encoding and Content-Length, which the hub rejects (400)."""
+    if body is None:
+        return "{}" if method in ("POST", "PUT", "PATCH") else None
+    return body if isinstance(body, str) else json.dumps(body)
+
+
 class Hub:
     """One JupyterHub process and everything it starts, on loopback ports of its own."""
 
@@ -126,7 +134,7 @@ class Hub:
         request = HTTPRequest(self.url + path, method=method, request_timeout=timeout,
                               follow_redirects=False,
                               headers={"Authorization": f"token {token or self.token}"},
-                              body=None if body is None else (body if isinstance(body, str) else json.dumps(body)),
+                              body=_body(method, body),
                               allow_nonstandard_methods=True)
         response = await AsyncHTTPClient().fetch(request, raise_error=False)
         if response.code == 599:
@@ -163,7 +171,8 @@ class Hub:
 
 @dataclass
 class Result:
-    """One execution in a kernel: its reply's status, what it printed, the error if any."""
+    """One execution in a kernel: its reply's status, what it printed and its value's text, the
+    error if any."""
     status: str
     stdout: str
     error: str
@@ -173,6 +182,17 @@ class Result:
     def comm_opens(self, target: str = "jupyter.widget") -> list[dict]:
         return [m["content"] for m in self.messages
                 if m["msg_type"] == "comm_open" and m["content"].get("target_name") == target]
+
+
+def _decode(raw: str | bytes) -> dict:
+    """A kernel message from the websocket: text is JSON; a message with binary buffers (a
+    widget's picture) comes as one binary frame: the count of parts, their offsets (4-byte big
+    endian each), then the JSON message and the buffers, which are not needed here."""
+    if isinstance(raw, str):
+        return json.loads(raw)
+    parts = int.from_bytes(raw[:4], "big")
+    offsets = [int.from_bytes(raw[4 * i:4 * i + 4], "big") for i in range(1, parts + 1)] + [len(raw)]
+    return json.loads(raw[offsets[0]:offsets[1]].decode())
 
 
 class Kernel:
@@ -198,13 +218,15 @@ class Kernel:
             raw = await asyncio.wait_for(self.ws.read_message(), timeout)
             if raw is None:
                 raise RuntimeError(f"{self.student.name}: the kernel websocket closed")
-            msg = json.loads(raw)
+            msg = _decode(raw)
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             msg_type = msg["msg_type"]
             seen.append(msg)
             if msg_type == "stream":
                 stdout.append(msg["content"]["text"])
+            elif msg_type == "execute_result":  # a check's verdict is the cell's value
+                stdout.append(msg["content"]["data"].get("text/plain", "") + "\n")
             elif msg_type == "error":
                 error = f"{msg['content']['ename']}: {msg['content']['evalue']}"
             elif msg_type == "status" and msg["content"]["execution_state"] == "idle":
@@ -224,8 +246,9 @@ class Kernel:
             "comm_id": comm_id, "data": {"method": "update", "state": state, "buffer_paths": []}}),
             needs_reply=False, timeout=timeout)
 
-    def close(self) -> None:
+    async def shutdown(self) -> None:
         self.ws.close()
+        await self.student.api("DELETE", f"/api/kernels/{self.id}")
 
 
 class Student:

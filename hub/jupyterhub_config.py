@@ -50,8 +50,8 @@ c.SystemdSpawner.isolate_devices = True
 c.SystemdSpawner.disable_user_sudo = True
 c.SystemdSpawner.default_shell = "/bin/bash"
 c.SystemdSpawner.extra_paths = [str(USER_ENV / "bin")]
-# Limits from the load test (hub/LOAD.md): a student's server and kernel take about 0.5 GB of
-# their own memory after notebook 10's training; 1.5 GB leaves room for a second kernel.
+# Limits from the load test (hub/LOAD.md): a student's server and kernel hold 468 MB (RSS; 333 MB
+# of it their own) after notebook 10's training; 1.5 GB leaves room for a second kernel.
 # One core each: the course is sized to run on one, and torch is told to use one thread.
 c.Spawner.mem_limit = "1.5G"
 c.Spawner.cpu_limit = 1.0

@@ -35,6 +35,17 @@ def shipped():
     return PyFileConfigLoader("jupyterhub_config.py", path=str(REPO / "hub")).load_config()
 
 
+def test_every_setting_is_a_real_option_of_the_class_it_configures(shipped):
+    """A misspelt key would be ignored by JupyterHub with only a warning in its log."""
+    from firstuseauthenticator import FirstUseAuthenticator
+    from systemdspawner import SystemdSpawner
+    for cls, sections in ((SystemdSpawner, ("SystemdSpawner", "Spawner")),
+                          (FirstUseAuthenticator, ("FirstUseAuthenticator", "Authenticator"))):
+        options = cls.class_trait_names(config=True)
+        for section in sections:
+            assert not [key for key in shipped[section] if key not in options], (section, list(shipped[section]))
+
+
 def test_students_log_in_with_a_password_only_to_accounts_the_teacher_made(shipped):
     assert shipped.JupyterHub.authenticator_class == "firstuseauthenticator.FirstUseAuthenticator"
     assert shipped.FirstUseAuthenticator.create_users is False

@@ -123,24 +123,26 @@ def exchange_run():
                     "(as the hub itself does): run `make hub-test` as root")
     root = Path(tempfile.mkdtemp(prefix="hub-exchange-"))
     root.chmod(0o755)
-    exchange, course = root / "exchange", root / "course"
-    done = teacher(root, exchange, str(TEACHER_BIN / "python"), str(REPO / "teacher" / "make_nbgrader_course.py"),
-                   "--out", str(course), ASSIGNMENT)
-    assert done.returncode == 0, done.stderr
-    for command in ("generate_assignment", "release_assignment"):
-        done = teacher(course, exchange, "nbgrader", command, ASSIGNMENT)
+    try:
+        exchange, course = root / "exchange", root / "course"
+        done = teacher(root, exchange, str(TEACHER_BIN / "python"), str(REPO / "teacher" / "make_nbgrader_course.py"),
+                       "--out", str(course), ASSIGNMENT)
         assert done.returncode == 0, done.stderr
-    homes = {}
-    for name in STUDENTS:
-        homes[name] = root / f"home-{name}"
-        homes[name].mkdir(mode=0o700)
-        account = pwd.getpwnam(name)
-        os.chown(homes[name], account.pw_uid, account.pw_gid)
-        for command in ("fetch_assignment", "submit"):
-            done = as_student(name, homes[name], exchange, command, ASSIGNMENT)
-            assert done.returncode == 0, f"{name}: nbgrader {command}:\n{done.stdout}\n{done.stderr}"
-    yield root, exchange, course, homes
-    shutil.rmtree(root)
+        for command in ("generate_assignment", "release_assignment"):
+            done = teacher(course, exchange, "nbgrader", command, ASSIGNMENT)
+            assert done.returncode == 0, done.stderr
+        homes = {}
+        for name in STUDENTS:
+            homes[name] = root / f"home-{name}"
+            homes[name].mkdir(mode=0o700)
+            account = pwd.getpwnam(name)
+            os.chown(homes[name], account.pw_uid, account.pw_gid)
+            for command in ("fetch_assignment", "submit"):
+                done = as_student(name, homes[name], exchange, command, ASSIGNMENT)
+                assert done.returncode == 0, f"{name}: nbgrader {command}:\n{done.stdout}\n{done.stderr}"
+        yield root, exchange, course, homes
+    finally:  # also when a step above failed
+        shutil.rmtree(root)
 
 
 def test_every_student_submits_and_the_teacher_collects_each(exchange_run):

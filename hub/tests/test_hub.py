@@ -62,9 +62,11 @@ def workdir():
 @pytest.fixture(scope="module")
 def hub(workdir):
     hub = Hub(workdir, workdir / "exchange")
-    hub.start()
-    yield hub
-    stray = hub.stop()
+    try:
+        hub.start()
+        yield hub
+    finally:  # also when the hub did not come up
+        stray = hub.stop()
     assert not stray, f"processes left running after the hub stopped (killed now): {stray}"
 
 

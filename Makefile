@@ -12,6 +12,9 @@
 #   make execute    re-execute every notebook in place to refresh its stored outputs
 #   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt)
 #   make nbgrader-course  write the nbgrader course of the ten notebooks to nbgrader-course/
+#   make hub        install JupyterHub, its proxy, culler and nbgitpuller into .venv-hub (hub/requirements.txt)
+#   make hub-test   a class of 10 on a real JupyterHub on 127.0.0.1, nbgrader round trip included (hub/tests/)
+#   make hub-load   the load test: 5, 10 and 20 students at once; writes hub/LOAD.md
 #   make clean      remove caches and build artefacts (keeps .venv)
 #   make distclean  clean, and remove .venv and .venv-teacher too
 #
@@ -34,6 +37,10 @@ STAMP := $(VENV)/.requirements.stamp
 TEACHER_VENV ?= .venv-teacher
 TEACHER_BIN := $(abspath $(TEACHER_VENV))/bin
 TEACHER_STAMP := $(TEACHER_VENV)/.requirements.stamp
+# The class's JupyterHub (make hub): the hub, and each student's server environment.
+HUB_VENV ?= .venv-hub
+HUB_BIN := $(abspath $(HUB_VENV))/bin
+HUB_STAMP := $(HUB_VENV)/.requirements.stamp
 
 # --- Tests -------------------------------------------------------------------
 # Tests run with PATH starting at the venv and with Jupyter, IPython and
@@ -62,7 +69,7 @@ TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test unit notebooks notebooks-other-cpu browser bench mutants execute chromium teacher nbgrader-course clean distclean
+.PHONY: help install course test unit notebooks notebooks-other-cpu browser bench mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -93,6 +100,17 @@ $(TEACHER_STAMP): requirements-teacher.txt pyproject.toml | $(TEACHER_BIN)/pytho
 	touch $@
 
 teacher: $(TEACHER_STAMP)
+
+# From the repository root: the `-e .` that hub/requirements.txt pulls in (through
+# requirements-teacher.txt) is relative to the current directory.
+$(HUB_BIN)/python: | $(PY)
+	$(BASE_PYTHON) -m venv $(HUB_VENV)
+
+$(HUB_STAMP): hub/requirements.txt requirements-teacher.txt pyproject.toml | $(HUB_BIN)/python
+	$(HUB_BIN)/python -m pip install -r hub/requirements.txt
+	touch $@
+
+hub: $(HUB_STAMP)
 
 # --- The README's two commands ----------------------------------------------
 # JupyterLab refuses to start as root unless told to (containers, cloud VMs).
@@ -138,6 +156,16 @@ execute: install
 nbgrader-course: teacher
 	$(TEACHER_BIN)/python teacher/make_nbgrader_course.py
 
+# The hub tests start JupyterHub from .venv-hub and grade with .venv-teacher; their own
+# folders are under /tmp (other Unix accounts must reach the exchange test's), removed at the end.
+HUB_TEST_ENV := env TFMLIB_TEACHER_VENV="$(abspath $(TEACHER_VENV))" HUB_VENV="$(abspath $(HUB_VENV))"
+
+hub-test: hub teacher
+	$(HUB_TEST_ENV) $(HUB_BIN)/python -m pytest hub/tests -p no:cacheprovider --durations=5
+
+hub-load: hub
+	$(HUB_TEST_ENV) $(HUB_BIN)/python hub/tests/load.py 5 10 20
+
 # Debian's chromium for the browser test (never `playwright install`, which
 # downloads a browser build of its own).
 chromium:
@@ -159,7 +187,7 @@ chromium:
 # --- Cleaning ----------------------------------------------------------------
 clean:
 	rm -rf .cache .pytest_cache build dist *.egg-info tests/browser/screenshots
-	find . \( -path ./$(VENV) -o -path ./$(TEACHER_VENV) \) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(TEACHER_VENV) -o -path ./$(HUB_VENV) \) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(TEACHER_VENV)
+	rm -rf $(VENV) $(TEACHER_VENV) $(HUB_VENV)

@@ -8,6 +8,7 @@
 #   make notebooks-other-cpu  the notebooks that train, under nbval with other CPU kernels
 #   make browser    the real-browser test (tests/browser/), installs chromium if missing
 #   make bench      python -m benchmarks
+#   make notebook-times  time each notebook headless and the total (NB="05 09" for some)
 #   make mutants    mutation test of the exercise checks; writes benchmarks/MUTANTS.md
 #   make execute    re-execute every notebook in place to refresh its stored outputs
 #   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt)
@@ -69,7 +70,7 @@ TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test unit notebooks notebooks-other-cpu browser bench mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
+.PHONY: help install course test unit notebooks notebooks-other-cpu browser bench notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -141,6 +142,11 @@ browser: install chromium
 
 bench: install
 	$(TEST_ENV) $(PY) -m benchmarks
+
+# The notebooks' part of the benchmark alone, with each notebook's five slowest cells.
+NB ?=
+notebook-times: install
+	$(TEST_ENV) $(PY) -m benchmarks.course --cells 5 $(NB)
 
 mutants: install
 	$(TEST_ENV) $(PY) -W ignore tests/mutants.py

@@ -1,5 +1,11 @@
 """How fast the course itself runs: each notebook headless, notebook 10's training, and the
 redraw of each notebook's main widget.
+
+The notebooks' times alone, for all ten or some (a number, a name or a path each), with the
+slowest cells of each:
+
+    make notebook-times                              # all ten, in the tests' environment
+    .venv/bin/python -m benchmarks.course 05 09_adam --cells 5
 """
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import contextlib
 import datetime
 import io
 import math
+import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -61,6 +69,15 @@ def _section_seconds(nb, heading: str) -> float | None:
     return total if level is not None else None
 
 
+def _slowest_cells(nb, count: int) -> list[tuple[float, float, int, str]]:
+    """The `count` slowest code cells as (seconds, kernel CPU seconds or nan, index in the
+    notebook, first line)."""
+    timed = [(_cell_seconds_of(cell), cell.metadata.get("cpu_s", math.nan), index,
+              (cell.source.strip().splitlines() or [""])[0][:70])
+             for index, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    return sorted(timed, reverse=True)[:count]
+
+
 def _cell_seconds_of(cell) -> float:
     stamps = cell.get("metadata", {}).get("execution", {})
     start, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
@@ -76,7 +93,9 @@ def execute_notebook(path: Path, timeout: int = 300) -> dict:
     copy in a temporary folder so the repository's notebook is never rewritten.
 
     -> {"name", "seconds" (kernel start to shutdown), "cells_s" (sum of cell times),
-        "lab_s" (the experiments lab's cells, None without that section), "error"}.
+        "cpu_s" (the kernel process's user + system CPU time, which other load on the machine
+        changes far less than wall time), "lab_s" (the experiments lab's cells, None without
+        that section), "nb" (the executed notebook, with each cell's timing), "error"}.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -88,7 +107,11 @@ def execute_notebook(path: Path, timeout: int = 300) -> dict:
         nb = nbformat.read(copy, as_version=4)
         client = NotebookClient(nb, timeout=timeout, record_timing=True,
                                 resources={"metadata": {"path": folder}})
+        _record_cell_cpu(client)
         error = ""
+        # The kernel is this process's child: once it has exited and been waited for, its CPU
+        # time is in RUSAGE_CHILDREN.
+        cpu_before = _children_cpu_seconds()
         start = time.perf_counter()
         try:
             client.execute()
@@ -96,31 +119,111 @@ def execute_notebook(path: Path, timeout: int = 300) -> dict:
             error = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else "error"
         seconds = time.perf_counter() - start
     return {"name": path.stem, "seconds": seconds, "cells_s": _cell_seconds(nb),
-            "lab_s": _section_seconds(nb, LAB_HEADING), "error": error}
+            "cpu_s": _children_cpu_seconds() - cpu_before,
+            "lab_s": _section_seconds(nb, LAB_HEADING), "nb": nb, "error": error}
 
 
-def notebooks(paths=None) -> list[Measured]:
+def _record_cell_cpu(client) -> None:
+    """Note in each code cell's metadata (`cpu_s`) the CPU time its kernel spent on it, read
+    from /proc before and after the cell (Linux; elsewhere nothing is noted)."""
+    started = {}
+
+    def kernel_cpu_seconds():
+        try:
+            fields = Path(f"/proc/{client.km.provisioner.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (AttributeError, OSError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
+
+    def before(cell, cell_index, **_):
+        started[cell_index] = kernel_cpu_seconds()
+
+    def after(cell, cell_index, **_):
+        end = kernel_cpu_seconds()
+        if started.get(cell_index) is not None and end is not None:
+            cell.metadata["cpu_s"] = end - started[cell_index]
+
+    client.on_cell_execute, client.on_cell_executed = before, after
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def notebooks(paths=None, echo=None, slowest_cells: int = 0) -> list[Measured]:
     """Execute each notebook in turn; then a row for the experiments lab's cells (part of
-    notebook 10's time, not added again); the last row is the whole course's total."""
+    notebook 10's time, not added again); the last row is the whole course's total.
+
+    `echo(line)`, if given, is called as each notebook finishes, with its row and then its
+    `slowest_cells` slowest cells, so a long run shows where it is.
+    """
     paths = course_notebooks() if paths is None else [Path(p) for p in paths]
-    rows, lab_rows, cells_total = [], [], 0.0
+    rows, lab_rows, cells_total, cpu_total = [], [], 0.0, 0.0
     for path in paths:
         run = execute_notebook(path)
         cells_total += run["cells_s"]
+        cpu_total += run["cpu_s"]
         target = TRAINING_NOTEBOOK_TARGET_S if "training" in path.stem else NOTEBOOK_TARGET_S
-        note = f"cells {run['cells_s']:.1f} s, kernel start/stop {run['seconds'] - run['cells_s']:.1f} s"
+        note = (f"cells {run['cells_s']:.1f} s, kernel start/stop {run['seconds'] - run['cells_s']:.1f} s, "
+                f"kernel CPU {run['cpu_s']:.1f} s")
         if run["error"]:
             note += f"; FAILED: {run['error']}"
         rows.append(Measured("notebook", run["name"], run["seconds"], target, note))
+        if echo:
+            echo(_row_line(rows[-1]))
+            for seconds, cpu, index, first_line in _slowest_cells(run["nb"], slowest_cells):
+                echo(f"    {seconds:6.2f} s  (CPU {cpu:5.2f} s)  cell {index:3}  {first_line}")
         if run["lab_s"] is not None:
             lab_rows.append(Measured("notebook", f"{run['name']}: experiments lab cells",
                                      run["lab_s"], LAB_TARGET_S, "part of the notebook's time above"))
     if rows:
         total = sum(r.seconds for r in rows)
         rows.append(Measured("notebook", f"whole course ({len(rows)} notebooks)", total,
-                             COURSE_TARGET_S, f"cells {cells_total:.1f} s"))
+                             COURSE_TARGET_S, f"cells {cells_total:.1f} s, kernel CPU {cpu_total:.1f} s"))
         rows[-1:-1] = lab_rows
     return rows
+
+
+def _row_line(row: Measured) -> str:
+    return f"{row.what:40} {row.seconds:6.1f} s  {row.note}"
+
+
+def find_notebooks(names) -> list[Path]:
+    """The course's notebooks named by `names`, in course order: each name is a path, a
+    notebook's stem (`05_attention`) or its number (`05`, `5`); no names: all ten."""
+    every = course_notebooks()
+    if not names:
+        return every
+    found = []
+    for name in names:
+        if Path(name).suffix == ".ipynb":
+            found.append(Path(name))
+            continue
+        matches = [p for p in every if p.stem == name or p.stem.split("_")[0] == name.zfill(2)]
+        if not matches:
+            raise SystemExit(f"no notebook {name!r}; the course's are: "
+                             + ", ".join(p.stem for p in every))
+        found += matches
+    return found
+
+
+def main(argv=None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.course",
+                                     description="Execute the course's notebooks headless (as "
+                                                 "`jupyter execute` does, on copies) and print the "
+                                                 "time of each and the total.")
+    parser.add_argument("notebooks", nargs="*",
+                        help="numbers (05), names (05_attention) or paths; default: all ten")
+    parser.add_argument("--cells", type=int, default=0, metavar="N",
+                        help="also list each notebook's N slowest cells")
+    args = parser.parse_args(argv)
+    paths = find_notebooks(args.notebooks)
+    rows = notebooks(paths, echo=print, slowest_cells=args.cells)
+    for row in rows[len(paths):]:                 # the lab's cells, then the total
+        print(_row_line(row))
+    return 1 if any("FAILED" in row.note for row in rows) else 0
 
 
 # ---- notebook 10: training to 99 % exact match ----------------------------------------------
@@ -383,3 +486,7 @@ def _percentile(times: list[float], q: float) -> float:
 
 def _kwargs(change: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in change.items())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

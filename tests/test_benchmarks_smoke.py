@@ -169,3 +169,24 @@ def _restore_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def test_notebooks_are_named_by_number_name_or_path(tmp_path):
+    every = course.course_notebooks()
+    assert course.find_notebooks([]) == every
+    assert [p.stem for p in course.find_notebooks(["5", "09_adam"])] == ["05_attention", "09_adam"]
+    with pytest.raises(SystemExit, match="no notebook '99'"):
+        course.find_notebooks(["99"])
+    assert course.find_notebooks([str(tmp_path / "x.ipynb")]) == [tmp_path / "x.ipynb"]
+
+
+def test_notebook_times_command_prints_each_notebook_its_slowest_cells_and_the_total(tmp_path, capsys):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import time"), nbformat.v4.new_code_cell("time.sleep(0.5)")]
+    path = tmp_path / "01_tiny.ipynb"
+    nbformat.write(nb, path)
+    assert course.main([str(path), "--cells", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("01_tiny") and "kernel CPU" in lines[0]
+    assert "cell   1  time.sleep(0.5)" in lines[1] and "CPU" in lines[1]    # the slower cell
+    assert lines[2].startswith("whole course (1 notebooks)")

@@ -198,6 +198,8 @@ def test_explorer_follows_the_widget_pattern(build):
     after = explorer.png()
     assert after != before and Image.open(io.BytesIO(after)).size == (width, height)
     assert math.isfinite(explorer.last_redraw_ms) and explorer.last_redraw_ms > 0
+    # The static picture after a widget (for viewers without widgets) is the frame on screen.
+    assert explorer.snapshot().data == after
 
     # Painting only the moving artists over a cached background must look like a full draw
     # by the same renderer (a text cache included; a few pixels may differ where a tick mark

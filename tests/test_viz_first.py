@@ -209,8 +209,8 @@ def test_static_pe_plots():
     viz_embeddings.plot_pe_curves(pe, dims=(0, 4))
     viz_embeddings.plot_pe_similarity(pe, anchors=(0, 5))
     viz_embeddings.plot_score_matrix(torch.randn(4, 4))
-    fig = viz_embeddings.plot_pe_explorer()
-    assert len(fig.axes) == 3          # heatmap, its colour bar, the dot-product curve
+    explorer = viz_embeddings.positional_encoding_explorer()
+    assert len(explorer.fig.axes) == 3          # heatmap, its colour bar, the dot-product curve
 
 
 def test_pe_explorer_cached_background_gives_the_same_picture_as_a_fresh_draw():

@@ -5,6 +5,10 @@ a test can compare the plotted data before and after a change without a browser.
 """
 from __future__ import annotations
 
+import inspect
+import json
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -18,12 +22,14 @@ pytest.importorskip("ipywidgets")
 from tfmlib import (add_positional_encoding, build_vocab, embed, encode_batch,  # noqa: E402
                     init_decoder_layer_params, init_encoder_layer_params, padding_mask,
                     sinusoidal_positional_encoding, target_mask)
-from tfmlib.training import ModelConfig, init_model  # noqa: E402
+from tfmlib.training import ModelConfig, init_model, train  # noqa: E402
 from tfmlib.viz import adam as adam_viz  # noqa: E402
 from tfmlib.viz import encoder_decoder as ed_viz  # noqa: E402
 from tfmlib.viz import style  # noqa: E402
 from tfmlib.viz import training as tr_viz  # noqa: E402
 from tfmlib.viz.lint import assert_readable  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SENTENCES = ["the cat sat on the mat", "i love nlp", "attention is all you need"]
 TARGETS = ["die katze sass auf der matte", "ich liebe nlp", "aufmerksamkeit ist alles"]
@@ -198,7 +204,7 @@ def test_optimizer_widget_is_readable_in_every_state():
 
 
 def test_optimizer_surface_contours_are_labelled_and_the_loss_range_is_tight():
-    fig = adam_viz.plot_optimizer_paths()
+    fig = adam_viz.OptimizerPathExplorer().fig
     surface, losses = fig.axes[:2]
     labels = sorted(float(t.get_text()) for t in surface.texts)
     assert labels == [0.2, 0.5, 1, 2, 4]                   # every contour but the innermost
@@ -207,8 +213,7 @@ def test_optimizer_surface_contours_are_labelled_and_the_loss_range_is_tight():
     default_end = adam_viz.path_losses(adam_viz.optimizer_path("adam", lr=0.1))[-1]
     assert low < default_end < start_loss < high            # both ends of the default run show
     assert np.log10(high / low) <= 7                        # no empty decades (it was 11)
-    assert_readable(fig, "plot_optimizer_paths")
-    matplotlib.pyplot.close(fig)
+    assert_readable(fig, "the optimizer widget's figure")
 
 
 def test_bias_correction_true_value_stays_visible_under_the_corrected_curve():
@@ -227,10 +232,27 @@ def test_bias_correction_true_value_stays_visible_under_the_corrected_curve():
     matplotlib.pyplot.close(fig)
 
 
-def test_schedules_figure_is_readable():
-    fig = adam_viz.plot_schedules(d_model=512, warmup_steps=4000, peak_lr=3e-3, train_steps=400)
+def test_schedules_figure_is_readable_and_shows_trains_own_schedule():
+    fig = adam_viz.plot_schedules(d_model=512, warmup_steps=4000)
     assert_readable(fig, "plot_schedules")
+    defaults = inspect.signature(train).parameters
+    steps, peak = defaults["steps"].default, defaults["lr"].default
+    cosine = fig.axes[1]
+    assert cosine.get_title() == f"train(): warm-up {steps // 10}, cosine to a tenth"
+    assert cosine.get_xlim() == (0, steps)
+    assert max(cosine.lines[0].get_ydata()) == pytest.approx(peak)
     matplotlib.pyplot.close(fig)
+
+
+def test_notebook_09_names_trains_schedule_as_train_has_it():
+    """Section 10 of 09_adam describes train()'s schedule in words: its numbers must be train's."""
+    defaults = inspect.signature(train).parameters
+    steps, peak = defaults["steps"].default, defaults["lr"].default
+    notebook = json.loads((ROOT / "notebooks" / "09_adam.ipynb").read_text(encoding="utf-8"))
+    prose = next("".join(cell["source"]) for cell in notebook["cells"]
+                 if cell["cell_type"] == "markdown" and "`train`'s schedule over its" in "".join(cell["source"]))
+    assert (f"over its {steps} steps at its peak of {peak:g}" in prose
+            and f"{steps // 10} steps of warm-up" in prose and f"a tenth of the peak, {peak / 10:g}" in prose)
 
 
 # ---- notebook 10 ------------------------------------------------------------------------------

@@ -108,8 +108,7 @@ def test_static_mask_figures(example):
     assert fig.axes[1].get_title() == "off by one"
     assert [t.get_text() for t in fig.axes[1].texts] == ["keys", "0", "1", "2", "3", "4", "5", "5", "5"]  # noqa: E501
 
-    fig = viz_masks.explorer_figure([8, 5, 7], 8, causal=True)
-    assert "combined (3, 1, 8, 8)" in fig._suptitle.get_text()
+    assert "combined (3, 1, 8, 8)" in viz_masks.describe_setting([8, 5, 7], 8, causal=True)
 
 
 # ---- notebook 05: attention ------------------------------------------------------------------
@@ -177,8 +176,7 @@ def test_static_attention_figures(sweep, example):
     fig = viz_attention.plot_saturation(sweep)
     assert len(fig.axes) == 2 and len(fig.axes[0].lines) >= 2
 
-    fig = viz_attention.saturation_figure(sweep, example["tokens"][0], d_k=64, scaled=False)
-    assert "d_k = 64, scores not scaled" in fig._suptitle.get_text()
+    assert "d_k = 64, scores not scaled" in viz_attention.describe_setting(sweep, d_k=64, scaled=False)
 
 
 # ---- every widget state passes the figure lint --------------------------------------------------

@@ -219,9 +219,7 @@ def test_block_explorer_is_readable_in_every_mode(block):
             assert_readable(block, f"block explorer, p={p}, norm_first={norm_first}")
 
 
-def test_static_block_histograms(block):
-    fig = sl_viz.plot_block_histograms(block.x, block.sublayer, block.norm, p=0.1)
-    assert_readable(fig, "plot_block_histograms")
-    assert len(fig.axes) == 3
-    assert fig._suptitle.get_text().startswith("Post-LN, dropout p = 0.10")
-    plt.close(fig)
+def test_block_explorer_default_frame(block):
+    assert_readable(block, "block explorer at its default setting")
+    assert len(block.fig.axes) == 3
+    assert block.fig._suptitle.get_text().startswith("Post-LN, dropout p = 0.10")

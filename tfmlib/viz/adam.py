@@ -5,6 +5,7 @@ The paths are computed with tfmlib's own `sgd_step` and `adam_step` on a
 """
 from __future__ import annotations
 
+import inspect
 import time
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 
 from ..adam import (adam_init, adam_step, sgd_step, warmup_cosine_lr, warmup_inverse_sqrt_lr,
                     zero_grad)
+from ..training import train
 from . import style
 from .common import Explorer
 from .textcache import cache_text
@@ -121,14 +123,6 @@ FIGSIZE = (style.COLUMN_IN, 3.6)
 WIDTH_RATIOS = [1.6, 1]
 
 
-def plot_optimizer_paths(lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.999):
-    """Static figure: SGD and Adam paths on `bowl`, and their losses."""
-    fig_and_axes = style.new_figure(FIGSIZE[1], FIGSIZE[0], 1, 2, width_ratios=WIDTH_RATIOS)
-    surface, lines = _new_axes(fig_and_axes)
-    _set(surface, lines, lr, beta1, beta2)
-    return fig_and_axes[0]
-
-
 class OptimizerPathExplorer(Explorer):
     """Sliders for lr, beta1, beta2 -> the SGD and Adam paths on `bowl` and their losses.
 
@@ -192,9 +186,16 @@ def plot_bias_correction(steps, m, m_hat, v, v_hat, gradient: float):
 
 
 def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: int = 40000,
-                   peak_lr: float = 3e-3, train_steps: int = 400):
+                   peak_lr: float | None = None, train_steps: int | None = None):
     """Two panels, learning rate against step: the paper's warmup_inverse_sqrt_lr, and the
-    warmup_cosine_lr that tfmlib.training.train uses (a tenth of the steps to warm up)."""
+    warmup_cosine_lr that tfmlib.training.train uses (a tenth of the steps to warm up).
+
+    peak_lr, train_steps: None takes train()'s own defaults (`lr`, `steps`), so the figure
+    cannot drift from what notebook 10 trains with.
+    """
+    defaults = inspect.signature(train).parameters
+    peak_lr = defaults["lr"].default if peak_lr is None else peak_lr
+    train_steps = defaults["steps"].default if train_steps is None else train_steps
     fig, (paper, cosine) = style.new_figure(3.4, style.COLUMN_IN, 1, 2)
     steps = np.union1d(np.arange(0, paper_steps + 1, max(1, paper_steps // 2000)), [warmup_steps])
     paper.plot(steps, [warmup_inverse_sqrt_lr(int(s), d_model, warmup_steps) for s in steps],

@@ -210,14 +210,6 @@ def describe_setting(sweep: dict, d_k: int, scaled: bool) -> str:
             f"(spread evenly: {sweep['uniform_bits']:.2f})")
 
 
-def saturation_figure(sweep: dict, tokens, d_k: int = 16, scaled: bool = True, sample: int = 0):
-    """Static figure of the explorer at one setting (for readers without widgets)."""
-    panels = _SaturationPanels(sweep, tokens, sample)
-    panels.draw(d_k, scaled)
-    panels.fig.suptitle(describe_setting(sweep, d_k, scaled).replace(":  ", ":\n", 1), fontsize=TITLE_PT)
-    return panels.fig
-
-
 class SaturationExplorer(Explorer):
     """A d_k slider (powers of 2) and a scaling switch -> heatmap and saturation curves.
 

@@ -164,8 +164,8 @@ class Explorer:
     `.widget` is what the notebook displays: rows of controls above `.picture`, an
     ipywidgets.Image. `.update(**values)` is the redraw callback: a learner's change
     of a control calls it, and tests and benchmarks call it headlessly with the new
-    values. `.png()` is the frame on screen, `.last_redraw_ms` how long the last
-    redraw took (PNG included).
+    values. `.png()` is the frame on screen (`.snapshot()` shows it as a plain picture),
+    `.last_redraw_ms` how long the last redraw took (PNG included).
 
     A subclass builds its figure and controls, calls `_build(...)`, and writes an
     `update` that sets the controls given (`_set_controls`, or inside `_quietly()`),
@@ -214,6 +214,13 @@ class Explorer:
     def png(self) -> bytes:
         """The frame on screen, as PNG bytes."""
         return self.picture.value
+
+    def snapshot(self):
+        """The frame on screen as a plain picture, for readers whose viewer runs no widgets
+        (GitHub, nbviewer): the widget's own frame, so the figure is not drawn a second time."""
+        from IPython.display import Image
+
+        return Image(self.png())
 
     def update(self, **values):
         raise NotImplementedError

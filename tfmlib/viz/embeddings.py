@@ -152,14 +152,6 @@ class PEPanels:
         return pe, dots
 
 
-def plot_pe_explorer(d_model: int = 16, max_len: int = 50, pos_i: int = 10, pos_j: int = 14,
-                     height: float = 4.2):
-    """Static figure of the explorer's picture for one setting."""
-    fig = figure(height)
-    PEPanels(fig).draw(d_model, max_len, pos_i, pos_j)
-    return fig
-
-
 class PositionalEncodingExplorer(Explorer):
     """Sliders for d_model, max_len and two positions -> the PE heatmap with the two rows marked,
     and the dot product of position i's encoding with every position.

@@ -189,14 +189,6 @@ class _MaskPanels:
         return [*self.images, *self.borders]
 
 
-def explorer_figure(lengths, seq_len: int, causal: bool = True):
-    """Static figure of the explorer at the given setting (for readers without widgets)."""
-    panels = _MaskPanels(len(lengths), seq_len, height=3.8)
-    panels.draw(list(lengths), causal)
-    panels.fig.suptitle(describe_setting(list(lengths), seq_len, causal), fontsize=style.TICK_PT)
-    return panels.fig
-
-
 class MaskExplorer(Explorer):
     """Sliders for each sample's number of real tokens and a causal switch -> mask grids.
 

@@ -92,19 +92,6 @@ def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool
     return steps, titles, means, reference
 
 
-def plot_block_histograms(x: torch.Tensor, sublayer, norm: dict, p: float = 0.1,
-                          norm_first: bool = False, seed: int = 0, figsize=FIGSIZE):
-    """Static figure: the three histograms of one residual block at one setting."""
-    stages = block_stages(x, sublayer, norm, p, norm_first, seed)
-    fig, axes = style.new_figure(figsize[1], figsize[0], 1, 3, sharey=True)
-    fig.set_layout_engine(None)            # the same fixed margins as the widget's
-    ymax = 1.15 * max(fractions(v).max() for v in (*stages.values(), x))
-    _draw_panels(axes, stages, x, norm_first, ymax)
-    fig.suptitle(summary(stages["block output"], p, norm_first), fontsize=style.TITLE_PT)
-    fig.subplots_adjust(**MARGINS)
-    return fig
-
-
 class BlockExplorer(Explorer):
     """A dropout-probability slider and a Post-LN / Pre-LN switch -> three histograms.
 

@@ -237,13 +237,3 @@ class TokenizerExplorer(Explorer):
 def tokenizer_explorer(sentences, vocab: dict, sentence: str = "my cat loves attention") -> TokenizerExplorer:
     """Build the explorer; display `.widget` in the notebook."""
     return TokenizerExplorer(sentences, vocab, sentence)
-
-
-def plot_typed_batch(sentences, vocab: dict, sentence: str = "my cat loves attention",
-                     height: float = 3.4):
-    """Static figure of the explorer's picture for one typed sentence."""
-    batch, _, _, _ = typed_batch(sentences, vocab, sentence)
-    rows = [str(r) for r in range(len(sentences))] + ["typed"]
-    return plot_batch(batch, vocab, row_labels=rows, height=height, unknown_rows=(len(sentences),),
-                      title=f"batch with {sentence!r} as row {len(sentences)}: "
-                            f"(B, L) = {tuple(batch.shape)}")

@@ -20,11 +20,12 @@ import sys
 import torch
 
 from tfmlib import (LMConfig, build_char_vocab, claims, decode, decode_chars, encode_chars,
-                    experiments, generate, greedy_decode, lm_forward, lm_step, make_corpus,
-                    next_token_probs, train, train_lm)
+                    experiments, generate, lm_forward, lm_step, make_corpus, next_token_probs, train,
+                    train_lm)
 from tfmlib.language_model import (ADJECTIVES, DETERMINERS, NOUNS, VERBS, baseline_loss,
                                    bigram_log_probs, grammar_words)
-from tfmlib.training import VOCAB, ModelConfig, digits_to_ids, exact_match_by_length, make_batch
+from tfmlib.training import (VOCAB, ModelConfig, digits_to_ids, exact_match_by_length, greedy_decode,
+                             make_batch)
 
 #: The arguments of the notebooks' trainings (the seed aside), as the notebooks spell them.
 RECIPES = {

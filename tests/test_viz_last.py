@@ -23,6 +23,7 @@ from tfmlib import (add_positional_encoding, build_vocab, embed, encode_batch,  
                     init_decoder_layer_params, init_encoder_layer_params, padding_mask,
                     sinusoidal_positional_encoding, target_mask)
 from tfmlib.training import ModelConfig, init_model, train  # noqa: E402
+from tfmlib.adam import warmup_steps_for  # noqa: E402
 from tfmlib.viz import adam as adam_viz  # noqa: E402
 from tfmlib.viz import encoder_decoder as ed_viz  # noqa: E402
 from tfmlib.viz import style  # noqa: E402
@@ -238,7 +239,7 @@ def test_schedules_figure_is_readable_and_shows_trains_own_schedule():
     defaults = inspect.signature(train).parameters
     steps, peak = defaults["steps"].default, defaults["lr"].default
     cosine = fig.axes[1]
-    assert cosine.get_title() == f"train(): warm-up {steps // 10}, cosine to a tenth"
+    assert cosine.get_title() == f"train(): warm-up {warmup_steps_for(steps)}, cosine to a tenth"
     assert cosine.get_xlim() == (0, steps)
     assert max(cosine.lines[0].get_ydata()) == pytest.approx(peak)
     matplotlib.pyplot.close(fig)
@@ -252,7 +253,7 @@ def test_notebook_09_names_trains_schedule_as_train_has_it():
     prose = next("".join(cell["source"]) for cell in notebook["cells"]
                  if cell["cell_type"] == "markdown" and "`train`'s schedule over its" in "".join(cell["source"]))
     assert (f"over its {steps} steps at its peak of {peak:g}" in prose
-            and f"{steps // 10} steps of warm-up" in prose and f"a tenth of the peak, {peak / 10:g}" in prose)
+            and f"{warmup_steps_for(steps)} steps of warm-up" in prose and f"a tenth of the peak, {peak / 10:g}" in prose)
 
 
 # ---- notebook 10 ------------------------------------------------------------------------------

@@ -20,10 +20,7 @@ from .encoder_decoder import (decoder, decoder_layer, encoder, encoder_layer,
 from .adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
                    warmup_inverse_sqrt_lr, zero_grad)
 from .from_torch import params_from_torch
-from .training import (ModelConfig, decode_target, digits_to_ids, encode_source, exact_match,
-                       exact_match_by_length, forward, greedy_decode, init_model,
-                       label_smoothed_cross_entropy, make_batch, parameters, sequence_loss,
-                       shift_right, train)
+from .training import ModelConfig, forward, label_smoothed_cross_entropy, shift_right, train
 from .language_model import (LMConfig, baseline_loss, bigram_log_probs, build_char_vocab,
                              decode_chars, decoder_block, encode_chars, init_lm_params,
                              lm_attention_weights, lm_eval_loss, lm_forward, lm_loss, make_corpus,

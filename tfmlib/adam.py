@@ -92,6 +92,12 @@ def clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:
     return total_norm
 
 
+def warmup_steps_for(total_steps: int) -> int:
+    """The warm-up of the course's trainings (`train`, `train_lm`, the lab): a tenth of the
+    steps, at least one."""
+    return max(1, total_steps // 10)
+
+
 def warmup_cosine_lr(step: int, peak_lr: float, warmup_steps: int, total_steps: int,
                      final_fraction: float = 0.1) -> float:
     """The learning rate at optimizer step `step` (counted from 1): a linear warm-up from 0

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ._validation import require_keys, require_ndim
-from .adam import adam_init, adam_step, warmup_cosine_lr, zero_grad
+from .adam import adam_init, adam_step, warmup_cosine_lr, warmup_steps_for, zero_grad
 from .encoder_decoder import encoder, init_encoder_layer_params
 from .masks import padding_mask
 from .multihead import linear
@@ -300,7 +300,7 @@ def train_regressor(config: ModelConfig, *, task: str, steps: int, batch_size: i
         loss = F.mse_loss(regress(params, src, config), digit_sums(src))
         zero_grad(weights)
         loss.backward()
-        warmup_steps = max(1, steps // 10) if warmup else 1
+        warmup_steps = warmup_steps_for(steps) if warmup else 1
         adam_step(weights, state, lr=warmup_cosine_lr(step, lr, warmup_steps, steps))
         history["step"].append(step)
         history["loss"].append(loss.item())

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ._validation import (require_factory_args, require_float, require_integer_ids, require_keys,
                           require_mask, require_ndim, require_non_negative, require_positive_int,
                           require_tensor, shape_str)
-from .adam import adam_init, adam_step, warmup_cosine_lr, zero_grad
+from .adam import adam_init, adam_step, warmup_cosine_lr, warmup_steps_for, zero_grad
 from .embeddings import embed, learned_positional_encoding
 from .masks import causal_mask
 from .multihead import init_mha_params, linear, multi_head_attention
@@ -391,7 +391,7 @@ def train_lm(config: LMConfig, train_ids: torch.Tensor, val_ids: torch.Tensor | 
         loss = lm_loss(params, batch, config)
         zero_grad(weights)
         loss.backward()
-        adam_step(weights, state, lr=warmup_cosine_lr(step, lr, max(1, steps // 10), steps))
+        adam_step(weights, state, lr=warmup_cosine_lr(step, lr, warmup_steps_for(steps), steps))
         history["step"].append(step)
         history["loss"].append(loss.item())
         if val_ids is not None and (step % eval_every == 0 or step == steps):

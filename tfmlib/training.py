@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ._validation import (require_float, require_keys, require_min_ndim, require_ndim,
+from ._validation import (require_float, require_keys, require_min_ndim, require_ndim, require_positive_int,
                           require_same_device, require_size, require_tensor, require_token_id)
-from .adam import adam_init, adam_step, warmup_cosine_lr, zero_grad
+from .adam import adam_init, adam_step, warmup_cosine_lr, warmup_steps_for, zero_grad
 from .embeddings import add_positional_encoding, embed, sinusoidal_positional_encoding
 from .encoder_decoder import (decoder, encoder, init_decoder_layer_params,
                               init_encoder_layer_params, stack_attention_weights)
@@ -103,6 +103,13 @@ class ModelConfig:
     positional: bool = field(default=True, repr=False)
     # ... and divide the attention scores by sqrt(d_k) (False: softmax(Q K^T) V).
     scale_scores: bool = field(default=True, repr=False)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_len"):
+            require_positive_int(name, getattr(self, name))
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model: expected a multiple of num_heads = {self.num_heads} "
+                             f"(d_model = num_heads * d_k), got {self.d_model}")
 
 
 MODEL_KEYS = ("embedding", "encoder", "decoder", "encoder_norm", "decoder_norm", "out_bias")
@@ -329,7 +336,7 @@ def train(config: ModelConfig = ModelConfig(), task: str = "reverse", steps: int
                 if label_smoothing else sequence_loss(logits, labels))
         zero_grad(weights)
         loss.backward()
-        warmup_steps = max(1, steps // 10) if warmup else 1  # 1: the first step is at the peak
+        warmup_steps = warmup_steps_for(steps) if warmup else 1  # 1: the first step is at the peak
         adam_step(weights, state, lr=warmup_cosine_lr(step, lr, warmup_steps, steps))
         history["step"].append(step)
         history["loss"].append(loss.item())

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..adam import (adam_init, adam_step, sgd_step, warmup_cosine_lr, warmup_inverse_sqrt_lr,
-                    zero_grad)
+                    warmup_steps_for, zero_grad)
 from ..training import train
 from . import style
 from .common import Explorer
@@ -208,7 +208,7 @@ def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: in
     style.title(paper, f"the paper: d_model={d_model}, warm-up {warmup_steps}")
     paper.set_ylabel("learning rate")
 
-    warmup = max(1, train_steps // 10)
+    warmup = warmup_steps_for(train_steps)
     steps = np.arange(train_steps + 1)
     cosine.plot(steps, [warmup_cosine_lr(int(s), peak_lr, warmup, train_steps) for s in steps],
                 color=style.PALETTE[1], linestyle="--")

@@ -15,7 +15,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..multihead import linear, merge_heads, multi_head_attention, split_heads
 from .attention import _nan_on_fully_masked
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 
 
 # ---- telling one RuntimeError from another ---------------------------------------------------
@@ -116,6 +116,8 @@ def _linear_no_bias(x, weight, bias=None):
 
 register(Exercise(
     name="linear",
+    contract=Contract(axes={"B": {"x": (0,)}, "in": {"x": (-1,), "weight": (1,)},
+                               "out": {"weight": (0,), "bias": (0,)}}, wide=("in", "out")),
     reference=linear,
     make_cases=_linear_cases,
     random_cases=_linear_random_cases,
@@ -179,6 +181,8 @@ def _split_strided(x, num_heads):
 
 register(Exercise(
     name="split_heads",
+    contract=Contract(axes={"B": {"x": (0,)}, "L": {"x": (1,)}, "D": {"x": (2,)}},
+                                    wide=("D",), values={"num_heads": (1,)}),
     reference=split_heads,
     make_cases=_split_cases,
     random_cases=lambda seed: _heads_random_cases(seed, split=True),
@@ -230,6 +234,8 @@ def _merge_mean(x):
 
 register(Exercise(
     name="merge_heads",
+    contract=Contract(axes={"B": {"x": (0,)}, "H": {"x": (1,)}, "L": {"x": (2,)},
+                                    "d_k": {"x": (3,)}}),
     reference=merge_heads,
     make_cases=_merge_cases,
     random_cases=lambda seed: _heads_random_cases(seed, split=False),
@@ -347,6 +353,10 @@ def _attention_scaled_by_d_model(q, k, v, mask=None):
 
 register(Exercise(
     name="multi_head_attention",
+    contract=Contract(
+        axes={"B": {"query": (0,), "key": (0,), "value": (0,), "mask": (0,)},
+              "Lq": {"query": (1,), "mask": (-2,)}, "Lk": {"key": (1,), "value": (1,), "mask": (-1,)}},
+        scales={"query": (100.0,)}, base=1),
     reference=multi_head_attention,
     make_cases=_mha_cases,
     random_cases=_mha_random_cases,

@@ -14,7 +14,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import linear, merge_heads, multi_head_attention, split_heads
-from .attention import _nan_on_fully_masked
+from .attention import _large_negative_fill, _nan_on_fully_masked
 from .core import Case, Contract, Exercise, Mistake, register
 
 
@@ -281,7 +281,8 @@ def _mha_cases() -> list[Case]:
     q, kv = torch.randn(2, 2, 4, generator=g), torch.randn(2, 3, 4, generator=g)
     visible = torch.tensor([[[True, False, True], [False, False, False]],   # sample 0, query 1: no key
                             [[False, True, True], [True, True, False]]])[:, None]  # (B, 1, Lq, Lk)
-    cases.append(Case("d_k = 1 (4 heads of 4 features), key is value, mask (B, 1, Lq, Lk)",
+    cases.append(Case("d_k = 1 (4 heads of 4 features), key is value, mask (B, 1, Lq, Lk) in which "
+                      "sample 0's query 1 sees no key at all",
                       (q, kv, kv, random_mha_params(4, g), 4), {"mask": visible}))
     return cases
 
@@ -394,6 +395,11 @@ register(Exercise(
         Mistake("NaN on a fully masked row",
                 "softmax of a row of -inf is NaN; set the weights of masked keys to 0 after the softmax",
                 _mha_variant(attention=_nan_on_fully_masked)),
+        Mistake("masked scores filled with -1e9, fully masked rows not zeroed",
+                "a query that sees no key gets uniform weights with -1e9 (The Annotated Transformer's "
+                "convention); fill with float('-inf') and zero the masked weights after the softmax",
+                _mha_variant(attention=_large_negative_fill(lambda dtype: -1e9)),
+                also=(_mha_variant(attention=_large_negative_fill(lambda dtype: torch.finfo(dtype).min)),)),
         Mistake("scores scaled by sqrt(d_model) instead of sqrt(d_k)",
                 "each head's scores are divided by sqrt(d_k) = sqrt(d_model / num_heads)",
                 _mha_variant(attention=_attention_scaled_by_d_model)),

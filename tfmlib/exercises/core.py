@@ -702,6 +702,8 @@ def _finite_in_both(first: _Outcome, second: _Outcome) -> tuple[_Outcome, _Outco
         if isinstance(ta, torch.Tensor) and isinstance(tb, torch.Tensor) and ta.shape == tb.shape \
                 and ta.is_floating_point() and tb.is_floating_point():
             bad = ~(torch.isfinite(ta) & torch.isfinite(tb))
+            if bad.all() and bad.numel():  # nothing defined in both: no evidence of agreement
+                return a, b
             return ta.masked_fill(bad, 0), tb.masked_fill(bad, 0)
         if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
             pairs = [pair(x, y) for x, y in zip(a, b)]

@@ -4,7 +4,7 @@ How each check calls the learner's functions:
     adam:      check("adam", (my_adam_init, my_adam_step))
                state = my_adam_init(parameters)
                then, once per step, after the check has set every p.grad:
-               my_adam_step(parameters, state, lr, betas)   (eps left at its default, 1e-8)
+               my_adam_step(parameters, state, lr, betas[, eps=...])   (eps given on some cases)
                If my_adam_step returns something other than None, that is taken as the new
                state (a functional style, `state = step(...)`, passes as well).
     sgd_step:  my_sgd_step(parameters, lr)
@@ -65,7 +65,7 @@ class _Problem:
     grads: list = field(default_factory=list)   # per step, one tensor or None per parameter
     loss: _Quadratic | None = None              # or: gradients from loss(params).backward()
     weight_decay: float | None = None           # AdamW's only
-    eps: float | None = None                    # AdamW's only; None: left at its default
+    eps: float | None = None                    # None: left at its default
     decay_given: bool = True                    # False: weight_decay left at its default
 
     def __deepcopy__(self, memo):
@@ -118,6 +118,15 @@ def _problems() -> list[_Problem]:
     problems.append(_Problem(
         "gradients near 1e-8, as small as eps: the denominator is half sqrt(v_hat), half eps",
         [r(3)], lr=0.1, steps=2, grads=[[1e-8 * r(3)] for _ in range(2)]))
+    problems.append(_Problem(
+        "eps given (1e-3), gradients near 1e-3: the eps passed in, not 1e-8", [r(3)], lr=0.1, steps=2,
+        eps=1e-3, grads=[[tiny(3)] for _ in range(2)]))
+    problems.append(_Problem(
+        "zero gradients after non-zero ones: m and v still decay, the parameter still moves",
+        [r(3), r(2)], lr=0.1, steps=3, grads=[[r(3), r(2)], [torch.zeros(3), r(2)], [torch.zeros(3), r(2)]]))
+    problems.append(_Problem(
+        "a step where no parameter has a gradient: t counts that call too", [r(3)], lr=0.1, steps=3,
+        grads=[[r(3)], [None], [r(3)]]))
     return problems
 
 
@@ -280,8 +289,8 @@ def _adam_run(functions, case: Case):
             raise TypeError("your adam_init returned None: is `return state` missing?")
         return state
 
-    return _run_optimizer(case.args[0], checked_init,
-                          lambda params, state, problem: step(params, state, problem.lr, problem.betas))
+    return _run_optimizer(case.args[0], checked_init, lambda params, state, problem: step(
+        params, state, problem.lr, problem.betas, **({} if problem.eps is None else {"eps": problem.eps})))
 
 
 def _sgd_run(fn, case: Case):

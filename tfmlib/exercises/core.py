@@ -435,7 +435,9 @@ def _defaults_left_out(exercise: Exercise, case: Case, names: list[str]) -> list
 
 
 def _transposed_view(t: torch.Tensor) -> torch.Tensor:
-    """The same values, stored transposed: `.view` on it raises where `.reshape` works."""
+    """Values of its own (floats doubled: an answer's cache, keyed on every value, computes
+    anew), stored transposed: `.view` on it raises where `.reshape` works."""
+    t = 2 * t if t.is_floating_point() else t
     return t.mT.contiguous().mT if t.dim() >= 2 and min(t.shape[-2:]) > 1 else t
 
 

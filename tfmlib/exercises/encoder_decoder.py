@@ -285,8 +285,7 @@ def _encoder_in_place(x, layers, num_heads, mask=None):
 
 register(Exercise(
     name="encoder",
-    contract=Contract(axes={"B": {"x": (0,), "mask": (0,)}, "L": {"x": (1,), "mask": (-1,)}},
-                                   values={"layers": ([],)}),
+    contract=Contract(axes={"B": {"x": (0,), "mask": (0,)}, "L": {"x": (1,), "mask": (-1,)}}),
     reference=encoder,
     make_cases=_encoder_cases,
     random_cases=lambda seed: _random_encoder_cases(seed, stack=True),

@@ -258,8 +258,8 @@ def _run_optimizer(problem: _Problem, init, step):
         missing = problem.sometimes_without_gradient()
         if not missing or isinstance(error, (_InPlaceOnLeaf, GradientChangedError)):
             raise
-        try:
-            _trajectory(problem.without(missing), init, step)
+        try:  # with no parameter left, the missing gradients alone made it crash
+            _trajectory(problem.without(missing), init, step) if len(missing) < len(problem.params) else None
         except Exception:
             raise error from None
         raise GradIsNoneError(f"{type(error).__name__}: {error}").with_traceback(error.__traceback__) \

@@ -396,8 +396,8 @@ register(Exercise(
                 "softmax of a row of -inf is NaN; set the weights of masked keys to 0 after the softmax",
                 _mha_variant(attention=_nan_on_fully_masked)),
         Mistake("masked scores filled with -1e9, fully masked rows not zeroed",
-                "a query that sees no key gets uniform weights with -1e9 (The Annotated Transformer's "
-                "convention); fill with float('-inf') and zero the masked weights after the softmax",
+                "with -1e9 a query that sees no key gets uniform weights (The Annotated Transformer's "
+                "way); fill with float('-inf'), zero masked weights after the softmax",
                 _mha_variant(attention=_large_negative_fill(lambda dtype: -1e9)),
                 also=(_mha_variant(attention=_large_negative_fill(lambda dtype: torch.finfo(dtype).min)),)),
         Mistake("scores scaled by sqrt(d_model) instead of sqrt(d_k)",

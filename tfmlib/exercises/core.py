@@ -682,42 +682,48 @@ def _matching_mistake(exercise: Exercise, cases, expected, actual) -> Mistake | 
 
 
 def _behaves_like(exercise: Exercise, variant, cases, expected, actual) -> bool:
-    wrong_value_shared, crashes_of_one_type = False, True
+    wrong_value_shared, crashed, crashes_of_one_type = False, False, True
     for case, reference, outcome in zip(cases, expected, actual):
         wrong = _remembered(variant, case, lambda: _precise_outcome(exercise, variant, case))
         if isinstance(wrong, _Raised) and isinstance(outcome, _Raised):
+            crashed = True
             crashes_of_one_type &= _crash_signature(wrong.error) == _crash_signature(outcome.error)
-        elif isinstance(wrong, _Raised) or isinstance(outcome, _Raised) \
-                or _compare(*_finite_in_both(wrong, outcome), exercise) is not None:
+        elif isinstance(wrong, _Raised) or isinstance(outcome, _Raised):
             return False
-        elif _compare(reference, wrong, exercise) is not None:
-            wrong_value_shared = True
-    return wrong_value_shared or crashes_of_one_type
+        else:
+            outcome, wrong, reference = _where_the_answer_is_finite(outcome, wrong, reference)
+            if _compare(wrong, outcome, exercise) is not None:
+                return False
+            wrong_value_shared |= _compare(reference, wrong, exercise) is not None
+    return wrong_value_shared or crashed and crashes_of_one_type
 
 
-def _finite_in_both(first: _Outcome, second: _Outcome) -> tuple[_Outcome, _Outcome]:
-    """The two outcomes with every output position that is NaN or infinite in either set to 0
-    in both: a mistake is named when the answer agrees with it wherever both are defined
-    (softmax over the queries gives NaN where a whole key column is masked, or 0 if patched)."""
-    def pair(a, b):
-        ta, tb = (a.value if isinstance(a, _Close) else a), (b.value if isinstance(b, _Close) else b)
-        if isinstance(ta, torch.Tensor) and isinstance(tb, torch.Tensor) and ta.shape == tb.shape \
-                and ta.is_floating_point() and tb.is_floating_point():
-            bad = ~(torch.isfinite(ta) & torch.isfinite(tb))
-            if bad.all() and bad.numel():  # nothing defined in both: no evidence of agreement
-                return a, b
-            return ta.masked_fill(bad, 0), tb.masked_fill(bad, 0)
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-            pairs = [pair(x, y) for x, y in zip(a, b)]
-            return type(a)(p[0] for p in pairs) if not hasattr(a, "_fields") else a, \
-                type(b)(p[1] for p in pairs) if not hasattr(b, "_fields") else b
-        if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
-            pairs = {k: pair(a[k], b[k]) for k in a}
-            return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
-        return a, b
-    values, gradients = pair(first.value, second.value), pair(first.gradients, second.gradients)
-    return (dataclasses.replace(first, value=values[0], gradients=gradients[0]),
-            dataclasses.replace(second, value=values[1], gradients=gradients[1]))
+def _where_the_answer_is_finite(answer: _Outcome, *others):
+    """The outcomes with every output position where the answer is NaN or infinite set to 0:
+    a mistake is named when the answer agrees with it wherever the answer is defined (softmax
+    over the queries gives NaN where a whole key column is masked; the variant patches it to
+    0). Where only the mistake is not finite (exp overflowing), the answer does not make it.
+    NaN in the output spreads to every gradient: those are then left out."""
+    def finite(value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return torch.isfinite(value)
+        if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+            return [finite(v) for v in value]
+        return None
+
+    def masked(value, keep):
+        tensor = value.value if isinstance(value, _Close) else value
+        if isinstance(keep, torch.Tensor) and isinstance(tensor, torch.Tensor) and tensor.shape == keep.shape:
+            return tensor.masked_fill(~keep, 0)
+        if isinstance(keep, list) and isinstance(value, (list, tuple)) and len(value) == len(keep):
+            return type(value)(masked(v, k) for v, k in zip(value, keep))
+        return value
+
+    keep = finite(answer.value)
+    if not any(not bool(k.all()) for k in _tensors_in(keep)):
+        return (answer, *others)
+    return tuple(dataclasses.replace(o, value=masked(o.value, keep), gradients=None)
+                 if isinstance(o, _Outcome) else o for o in (answer, *others))
 
 
 def _crash_signature(error: BaseException) -> tuple:

@@ -691,39 +691,47 @@ def _behaves_like(exercise: Exercise, variant, cases, expected, actual) -> bool:
         elif isinstance(wrong, _Raised) or isinstance(outcome, _Raised):
             return False
         else:
-            outcome, wrong, reference = _where_the_answer_is_finite(outcome, wrong, reference)
+            outcome, wrong, reference, both = _where_the_answer_is_finite(outcome, wrong, reference)
             if _compare(wrong, outcome, exercise) is not None:
                 return False
-            wrong_value_shared |= _compare(reference, wrong, exercise) is not None
+            wrong_value_shared |= both or _compare(reference, wrong, exercise) is not None
     return wrong_value_shared or crashed and crashes_of_one_type
 
 
-def _where_the_answer_is_finite(answer: _Outcome, *others):
-    """The outcomes with every output position where the answer is NaN or infinite set to 0:
-    a mistake is named when the answer agrees with it wherever the answer is defined (softmax
+def _where_the_answer_is_finite(answer: _Outcome, wrong: _Outcome, reference):
+    """The outcomes with every output position where the answer is NaN or infinite set to 0,
+    and whether the answer and the mistake are both undefined where the reference is not: a
+    mistake is named when the answer agrees with it wherever the answer is defined (softmax
     over the queries gives NaN where a whole key column is masked; the variant patches it to
     0). Where only the mistake is not finite (exp overflowing), the answer does not make it.
     NaN in the output spreads to every gradient: those are then left out."""
-    def finite(value):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return torch.isfinite(value)
-        if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-            return [finite(v) for v in value]
+    def undefined(a, w):
+        a, w = (a.value if isinstance(a, _Close) else a), (w.value if isinstance(w, _Close) else w)
+        if isinstance(a, torch.Tensor) and isinstance(w, torch.Tensor) and a.is_floating_point() \
+                and w.is_floating_point() and a.shape == w.shape:
+            return ~torch.isfinite(a)
+        if isinstance(a, (list, tuple)) and isinstance(w, (list, tuple)) and len(a) == len(w) \
+                and not hasattr(a, "_fields"):
+            return [undefined(x, y) for x, y in zip(a, w)]
         return None
 
-    def masked(value, keep):
+    def masked(value, drop):
         tensor = value.value if isinstance(value, _Close) else value
-        if isinstance(keep, torch.Tensor) and isinstance(tensor, torch.Tensor) and tensor.shape == keep.shape:
-            return tensor.masked_fill(~keep, 0)
-        if isinstance(keep, list) and isinstance(value, (list, tuple)) and len(value) == len(keep):
-            return type(value)(masked(v, k) for v, k in zip(value, keep))
+        if isinstance(drop, torch.Tensor) and isinstance(tensor, torch.Tensor) and tensor.shape == drop.shape:
+            return tensor.masked_fill(drop, 0)
+        if isinstance(drop, list) and isinstance(value, (list, tuple)) and len(value) == len(drop):
+            return type(value)(masked(v, d) for v, d in zip(value, drop))
         return value
 
-    keep = finite(answer.value)
-    if not any(not bool(k.all()) for k in _tensors_in(keep)):
-        return (answer, *others)
-    return tuple(dataclasses.replace(o, value=masked(o.value, keep), gradients=None)
-                 if isinstance(o, _Outcome) else o for o in (answer, *others))
+    drop = undefined(answer.value, wrong.value)
+    if not any(bool(d.any()) for d in _tensors_in(drop)):
+        return answer, wrong, reference, False
+    both = isinstance(reference, _Outcome) and any(
+        bool((d & ~torch.isfinite(w) & torch.isfinite(r)).any()) for d, w, r in zip(
+            _tensors_in(drop), _tensors_in(_unclosed(wrong.value)), _tensors_in(_unclosed(reference.value)))
+        if d.shape == w.shape == r.shape)
+    return (*(dataclasses.replace(o, value=masked(o.value, drop), gradients=None)
+              if isinstance(o, _Outcome) else o for o in (answer, wrong, reference)), both)
 
 
 def _crash_signature(error: BaseException) -> tuple:
@@ -804,7 +812,20 @@ def _compare(expected, actual, exercise: Exercise) -> str | None:
                 f"`scores / scale`, not `scores /= scale`; copy a list before editing it)")
     if actual.changed != expected.changed:
         return f"it leaves {', '.join(expected.changed)} unchanged where the other one does not"
+    if any(bool(torch.isnan(t).any()) for t in _tensors_in(_unclosed(expected.value))):
+        return None  # the gradients of an output that is NaN (nothing to average) say nothing
     return _compare_gradients(expected.gradients, actual.gradients, exercise)
+
+
+def _unclosed(value):
+    """`value` with each _Close replaced by its tensor."""
+    if isinstance(value, _Close):
+        return value.value
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return [_unclosed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _unclosed(v) for k, v in value.items()}
+    return value
 
 
 def _compare_gradients(expected, actual, exercise: Exercise) -> str | None:

@@ -118,20 +118,25 @@ def _problems() -> list[_Problem]:
     problems.append(_Problem(
         "gradients near 1e-8, as small as eps: the denominator is half sqrt(v_hat), half eps",
         [r(3)], lr=0.1, steps=2, grads=[[1e-8 * r(3)] for _ in range(2)]))
-    problems.append(_Problem(
-        "eps given (1e-3), gradients near 1e-3: the eps passed in, not 1e-8", [r(3)], lr=0.1, steps=2,
-        eps=1e-3, grads=[[tiny(3)] for _ in range(2)]))
-    problems.append(_Problem(
-        "zero gradients after non-zero ones: m and v still decay, the parameter still moves",
-        [r(3), r(2)], lr=0.1, steps=3, grads=[[r(3), r(2)], [torch.zeros(3), r(2)], [torch.zeros(3), r(2)]]))
-    problems.append(_Problem(
-        "a step where no parameter has a gradient: t counts that call too", [r(3)], lr=0.1, steps=3,
-        grads=[[r(3)], [None], [r(3)]]))
     return problems
 
 
 def _cases() -> list[Case]:
-    return [Case(problem.description, (problem,)) for problem in _problems()]
+    """The problems above, and three that only Adam's own check has: eps given, zero
+    gradients after non-zero ones, and a call where no parameter has a gradient."""
+    g = torch.Generator().manual_seed(91)
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
+    tiny = lambda *shape: 1e-3 * (0.5 + torch.rand(*shape, generator=g)) * torch.sign(r(*shape))  # noqa: E731
+    problems = _problems() + [
+        _Problem("eps given (1e-3), gradients near 1e-3: the eps passed in, not 1e-8", [r(3)], lr=0.1,
+                 steps=2, eps=1e-3, grads=[[tiny(3)] for _ in range(2)]),
+        _Problem("zero gradients after non-zero ones: m and v still decay, the parameter still moves",
+                 [r(3), r(2)], lr=0.1, steps=3,
+                 grads=[[r(3), r(2)], [torch.zeros(3), r(2)], [torch.zeros(3), r(2)]]),
+        _Problem("a step where no parameter has a gradient: t counts that call too", [r(3)], lr=0.1,
+                 steps=3, grads=[[r(3)], [None], [r(3)]]),
+    ]
+    return [Case(problem.description, (problem,)) for problem in problems]
 
 
 def _random_problems(seed: int, betas: bool = True) -> list[_Problem]:

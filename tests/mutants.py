@@ -295,8 +295,9 @@ def judge(mutant: Mutant, own_cases: list, case_set: list, name_mistakes: bool =
     """Rejected by the check on the exercise's own cases, equivalent, or a survivor.
 
     check() passes an answer exactly when its outcome matches the reference's on every one of
-    the cases; only then, for an answer that fails, it searches the catalogue of mistakes for
-    one to name, which costs 10 to 30 times the comparison. So a mutant is judged by that same
+    the cases; for an answer that fails, it then searches the catalogue of mistakes for one to
+    name, which costs 20 to 30 times as much as finding the first case that tells a mutant
+    from the reference (measured on adam, layer_norm, scaled_dot_product_attention). So a mutant is judged by that same
     comparison (behaves_like_reference, the check engine's own), one case at a time and only
     up to the first case that tells it from the reference, and check() itself is called on
     every mutant that comes through, which confirms that it passes. `name_mistakes` calls

@@ -2,6 +2,7 @@
 #
 #   make course     install everything into .venv and open the course in JupyterLab
 #   make test       install everything and run all tests (unit + browser, then notebooks)
+#   make test-timed the same from a fresh clone in a temporary folder, timed (benchmarks/test_time.sh)
 #
 #   make unit       unit tests only (tests/, without tests/browser/)
 #   make notebooks  run every notebook under nbval (stored outputs must match)
@@ -20,6 +21,10 @@
 #   make distclean  clean, and remove .venv and .venv-teacher too
 #
 # Nothing outside .venv is used, except Debian's chromium for the browser test.
+#
+# torch: on Linux, PyPI's wheel bundles CUDA (several GB), so the installs take PyTorch's CPU
+# build from its CPU wheel index where that answers (tools/pip_install.py decides and says why).
+# With a GPU, install PyPI's CUDA build instead, on a fresh .venv: make course TORCH=pypi
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -34,6 +39,10 @@ PY := $(BIN)/python
 # Touched after a successful install: pip only runs again when requirements.txt
 # or pyproject.toml is newer than it (or the venv was deleted).
 STAMP := $(VENV)/.requirements.stamp
+# Which torch build pip gets: auto (the CPU build where PyTorch's CPU index answers, else the
+# plain pin), cpu, or pypi (the plain pin: PyPI's CUDA build on Linux). See tools/pip_install.py.
+TORCH ?= auto
+PIP_INSTALL = $(1)/python tools/pip_install.py --torch $(TORCH) $(2)
 # The teachers' environment (make teacher): nbgrader and the course, apart from .venv.
 TEACHER_VENV ?= .venv-teacher
 TEACHER_BIN := $(abspath $(TEACHER_VENV))/bin
@@ -57,10 +66,15 @@ PYTEST := $(TEST_ENV) $(PY) -m pytest
 
 # nbval in strict mode: every stored output of every code cell is compared.
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
-# Run the notebooks in parallel with pytest-xdist? Only if it measurably helps
-# on 2 cores. To enable, set this to: -n 2 --dist loadscope
-# (loadscope keeps all cells of one notebook on one worker; plain -n 2 fails).
-NBVAL_XDIST :=
+# The unit tests in one pytest-xdist worker per core (at most 4: each imports torch and
+# JupyterLab's tests start servers of their own). loadgroup: the browser test and the nbgrader
+# round trip each stay on one worker (tests/conftest.py), so their servers start once.
+UNIT_XDIST := -n auto --maxprocesses 4 --dist loadgroup
+# The notebooks two at a time, one kernel each. loadscope keeps all cells of one
+# notebook on one worker (plain -n 2 scatters them and fails).
+NBVAL_XDIST := -n 2 --dist loadscope
+# The slowest tests of each pytest call, printed at its end.
+DURATIONS := --durations=25
 NOTEBOOKS_DIR := notebooks
 # The notebooks that print trained results, run a second time with the plain C++ kernels and
 # MKL's reproducible mode, a stand-in for another CPU: nbval must still pass, since they compare
@@ -70,7 +84,7 @@ TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test unit notebooks notebooks-other-cpu browser bench notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -85,7 +99,7 @@ $(PY):
 	$(BASE_PYTHON) -m venv $(VENV)
 
 $(STAMP): requirements.txt pyproject.toml | $(PY)
-	$(PY) -m pip install -r requirements.txt
+	$(call PIP_INSTALL,$(BIN),requirements.txt)
 	touch $@
 
 install: $(STAMP)
@@ -97,7 +111,7 @@ $(TEACHER_BIN)/python: | $(PY)
 	$(BASE_PYTHON) -m venv $(TEACHER_VENV)
 
 $(TEACHER_STAMP): requirements-teacher.txt pyproject.toml | $(TEACHER_BIN)/python
-	$(TEACHER_BIN)/python -m pip install -r requirements-teacher.txt
+	$(call PIP_INSTALL,$(TEACHER_BIN),requirements-teacher.txt)
 	touch $@
 
 teacher: $(TEACHER_STAMP)
@@ -123,19 +137,24 @@ course: install
 # One pytest call selects tests/ through testpaths (pyproject.toml): the unit
 # tests and tests/browser/. The notebooks need --nbval, so they are a second call.
 test: install teacher chromium
-	$(PYTEST)
-	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(NOTEBOOKS_DIR)/
-	env $(OTHER_CPU) $(PYTEST) $(NBVAL_FLAGS) $(TRAINED_NOTEBOOKS)
+	$(PYTEST) $(UNIT_XDIST) $(DURATIONS)
+	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(DURATIONS) $(NOTEBOOKS_DIR)/
+	env $(OTHER_CPU) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(TRAINED_NOTEBOOKS)
+
+# `make test` from a fresh clone of this checkout's HEAD in a temporary folder, as CI runs it:
+# prints the total, each phase and the slowest tests, and records them in benchmarks/TEST_TIME.md.
+test-timed:
+	bash benchmarks/test_time.sh
 
 # --- Pieces ------------------------------------------------------------------
 unit: install teacher
-	$(PYTEST) --ignore=tests/browser
+	$(PYTEST) $(UNIT_XDIST) $(DURATIONS) --ignore=tests/browser
 
 notebooks: install
 	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(NOTEBOOKS_DIR)/
 
 notebooks-other-cpu: install
-	env $(OTHER_CPU) $(PYTEST) $(NBVAL_FLAGS) $(TRAINED_NOTEBOOKS)
+	env $(OTHER_CPU) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(TRAINED_NOTEBOOKS)
 
 browser: install chromium
 	$(PYTEST) tests/browser

@@ -25,6 +25,19 @@ torch.set_num_threads(1)
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+# Files whose tests share one expensive module- or session-scoped fixture (a JupyterLab server
+# and Chromium; nbgrader's course and its autograded gradebook): under pytest-xdist's
+# `--dist loadgroup` (make test) each file's tests run on one worker, so it is built once.
+ONE_WORKER_FILES = {"test_notebooks_in_browser.py": "browser", "test_nbgrader.py": "nbgrader"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        group = ONE_WORKER_FILES.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     return torch.device(request.param)

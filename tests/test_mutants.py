@@ -2,8 +2,9 @@
 
 tests/mutants.py makes the mutants and decides which are equivalent (they behave like the
 reference on the exercise's own cases plus many random ones); see its docstring. Each
-exercise is one test, so a failure lists that exercise's surviving mutants. The table in
-benchmarks/MUTANTS.md is written by `make mutants` from the same functions.
+exercise is one test, so a failure lists that exercise's surviving mutants, and pytest-xdist
+spreads the exercises over the CPU's cores. The table in benchmarks/MUTANTS.md is written by
+`make mutants` from the same functions.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutants import judge_exercise, random_case_set  # noqa: E402
+from mutants import judge_exercise, random_case_set, with_time_limit  # noqa: E402
 
 from tfmlib.exercises import REGISTRY, check  # noqa: E402
 from tfmlib.exercises.core import behaves_like_reference  # noqa: E402
@@ -22,6 +23,8 @@ from tfmlib.exercises.core import behaves_like_reference  # noqa: E402
 # Exercises whose reference is too short to give 30 non-equivalent mutants: for these
 # every non-equivalent mutant the generator can make must be rejected, however few.
 SHORT = {"add_positional_encoding", "causal_mask", "next_token_probs", "padding_mask", "shift_right"}
+# About this many mutants per exercise that judge() rejected without check() are given to check().
+CONFIRMED_PER_EXERCISE = 3
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -42,3 +45,14 @@ def test_every_non_equivalent_mutant_is_rejected(name):
         f"  {v.mutant.function}: {v.mutant.description} in `{v.mutant.line}`" for v in survivors)
     non_equivalent = sum(not v.equivalent for v in verdicts)
     assert name in SHORT or non_equivalent >= 30, f"only {non_equivalent} non-equivalent mutants"
+    # judge() rejects most mutants at the first case where the check engine's comparison tells
+    # them from the reference, without calling check() (see its docstring); check() must agree.
+    compared = [v for v in verdicts if v.differs_on is not None]
+    own_cases = REGISTRY[name].make_cases()
+    for verdict in compared[::max(1, len(compared) // CONFIRMED_PER_EXERCISE)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # the time limit ends a mutant that loops forever on a later case: check() fails it
+            result = with_time_limit(lambda: check(name, verdict.mutant.answer, own_cases))
+        assert not result, (f"check() passes a mutant that differs on case {verdict.differs_on!r}: "
+                            f"{verdict.mutant.description} in `{verdict.mutant.line}`")

@@ -6,6 +6,7 @@ them drifting apart, e.g. a version bumped in one file but not the other.
 """
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,14 @@ def test_pyproject_dependencies_satisfied_by_pins():
         assert dep.specifier.contains(version, prereleases=True), (
             f"pyproject wants {dep}, requirements.txt pins {version}"
         )
+
+
+def test_make_test_spreads_the_tests_over_the_cores_and_lists_the_slowest():
+    # -n needs pytest-xdist in the course's environment; --durations prints where the time goes.
+    assert "pytest-xdist" in pins(REQUIREMENTS)
+    printed = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
+    unit, notebooks = [line for line in printed.splitlines() if " -m pytest" in line]
+    assert "--nbval" not in unit and "-n auto" in unit and "--dist loadgroup" in unit
+    assert "--nbval" in notebooks and "--dist loadscope" in notebooks  # a notebook's cells on one worker
+    assert "--durations=" in unit and "--durations=" in notebooks

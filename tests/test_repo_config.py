@@ -152,7 +152,10 @@ def test_make_test_spreads_the_tests_over_the_cores_and_lists_the_slowest():
     assert "pytest-xdist" in pins(REQUIREMENTS)
     printed = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout
-    unit, notebooks = [line for line in printed.splitlines() if " -m pytest" in line]
+    unit, notebooks, other_cpu = [line for line in printed.splitlines() if " -m pytest" in line]
     assert "--nbval" not in unit and "-n auto" in unit and "--dist loadgroup" in unit
     assert "--nbval" in notebooks and "--dist loadscope" in notebooks  # a notebook's cells on one worker
     assert "--durations=" in unit and "--durations=" in notebooks
+    # the notebooks that train, a second time with other CPU kernels (tests/test_claims.py)
+    assert "ATEN_CPU_CAPABILITY=default" in other_cpu and "MKL_CBWR=COMPATIBLE" in other_cpu
+    assert "--nbval" in other_cpu and "10_training.ipynb" in other_cpu and "bonus" in other_cpu

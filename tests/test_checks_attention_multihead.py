@@ -2,8 +2,9 @@
 linear, split_heads, merge_heads and multi_head_attention.
 
 Every answer here is written the way a learner writes one in a notebook cell:
-  - correct but unusual answers (loops, einsum, torch.where, F.scaled_dot_product_attention,
-    float64 inside, a non-contiguous result, another equivalent formula) must PASS;
+  - correct but unusual answers (loops, einsum, torch.where, float64 inside, a non-contiguous
+    result, another equivalent formula) must PASS (F.scaled_dot_product_attention is PyTorch's own
+    version of the exercise, not the learner's work: see tests/test_provenance.py);
   - answers that change the caller's tensors in place must FAIL and say which argument;
   - answers that cut autograd off (NumPy, .detach(), torch.tensor(values)) must FAIL with the
     gradient message, since these outputs feed training;
@@ -52,17 +53,6 @@ def attention_annotated_then_zeroed(query, key, value, mask=None):
     if mask is not None:
         weights = weights.masked_fill(mask == 0, 0)
     return torch.matmul(weights, value), weights
-
-
-def attention_torch_sdpa(query, key, value, mask=None):
-    """The context from PyTorch's own function (its mask, like ours, is True = may attend;
-    since torch 2.5 it gives zeros on a query with no visible key, as the contract asks)."""
-    context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
-    scores = query @ key.mT / query.size(-1) ** 0.5
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(-1).nan_to_num(0.0)
-    return context, weights
 
 
 def attention_float64_inside(query, key, value, mask=None):
@@ -250,7 +240,7 @@ def mha_torch_output(query, key, value, params, num_heads, mask=None):
 
 CORRECT = [
     (ATTENTION, attention_where), (ATTENTION, attention_annotated_then_zeroed),
-    (ATTENTION, attention_torch_sdpa), (ATTENTION, attention_float64_inside),
+    (ATTENTION, attention_float64_inside),
     (ATTENTION, attention_non_contiguous), (ATTENTION, attention_manual_softmax),
     (ATTENTION, attention_row_loop),
     ("linear", linear_addmm), ("linear", linear_rows), ("linear", linear_float64_inside),

@@ -187,10 +187,15 @@ def _mutation_sites(function) -> list[tuple[int, int, str]]:
 
 
 def _mutated(function, target: tuple[int, int], namespace: dict):
+    """The mutant, or None when the change changes nothing (swapping two equal arguments):
+    that is the reference's own text again, which the check rightly calls a copy of it."""
     tree = _function_tree(function)
+    original = ast.unparse(tree)
     mutator = _Mutator(_Scope.of(tree), target)
     start = 1 if len(_body(tree)) < len(tree.body) else 0
     tree.body[start:] = [mutator.visit(statement) for statement in tree.body[start:]]
+    if ast.unparse(tree) == original:
+        return None
     module = ast.fix_missing_locations(ast.Module([tree], []))
     code = compile(module, f"<mutant of {function.__name__}>", "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
@@ -218,6 +223,8 @@ def mutants(name: str) -> list[Mutant]:
         for number, option, description in _mutation_sites(function):
             namespace = dict(function.__globals__)
             mutant = _mutated(function, (number, option), namespace)
+            if mutant is None:
+                continue
             # the learner's functions, with the mutant in place and calling each other
             namespace[function.__name__] = mutant
             answer = tuple(mutant if f is function else _rebound(f, namespace) for f in references)

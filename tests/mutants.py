@@ -34,6 +34,7 @@ import torch
 
 from tfmlib.exercises import REGISTRY, check
 from tfmlib.exercises.core import behaves_like_reference
+from tfmlib.exercises.provenance import fingerprint
 
 RANDOM_SEEDS = 8
 SECONDS_PER_CALL = 20  # a mutant that loops forever is stopped and counted as rejected
@@ -187,20 +188,19 @@ def _mutation_sites(function) -> list[tuple[int, int, str]]:
 
 
 def _mutated(function, target: tuple[int, int], namespace: dict):
-    """The mutant, or None when the change changes nothing (swapping two equal arguments):
-    that is the reference's own text again, which the check rightly calls a copy of it."""
+    """The mutant, or None when the change changes nothing that runs (swapping two equal
+    arguments, or the types in a local variable's annotation): that is the reference's own
+    code again, which the check rightly fails as a copy of the reference."""
     tree = _function_tree(function)
-    original = ast.unparse(tree)
     mutator = _Mutator(_Scope.of(tree), target)
     start = 1 if len(_body(tree)) < len(tree.body) else 0
     tree.body[start:] = [mutator.visit(statement) for statement in tree.body[start:]]
-    if ast.unparse(tree) == original:
-        return None
     module = ast.fix_missing_locations(ast.Module([tree], []))
     code = compile(module, f"<mutant of {function.__name__}>", "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     exec(code, namespace)
-    return namespace[function.__name__]
+    mutant = namespace[function.__name__]
+    return None if fingerprint(mutant.__code__) == fingerprint(function.__code__) else mutant
 
 
 @dataclass

@@ -3,15 +3,15 @@
 An answer can behave exactly like the reference because it *is* the reference: it calls
 `tfmlib.masks.padding_mask`, runs a copy of `solution("padding_mask")`'s text, or calls
 PyTorch's own version of what the exercise asks to write (`F.scaled_dot_product_attention`,
-`torch.optim.Adam`, `F.layer_norm`). While `check` runs, `watching` records every such call
-that the learner's own code makes, and `vetted` turns a PASS that rests on one into a FAIL that
-says which call it was. Only a PASS is turned: a wrong answer keeps its diagnosis.
+`torch.optim.Adam`, `F.layer_norm`). While `check` runs the learner's function, a `_Watch`
+records every such call that the learner's own code makes, and `vetted` turns a PASS that rests
+on one into a FAIL that says which call it was. Only a PASS is turned: a wrong answer keeps its diagnosis.
 
 What counts, per exercise:
   - the exercise's reference function(s), called from the learner's code, or handed in under a
     learner's name (`my_padding_mask = padding_mask`);
-  - a copy of a reference's code (its bytecode, names and constants: what `exec` of
-    `solution(...)`'s text makes), wherever it runs;
+  - a copy of a reference's code (the same instructions, names and constants: what `exec` of
+    `solution(...)`'s text makes, renamed or not), wherever it runs;
   - `solution()` itself, called while the check runs;
   - the PyTorch (or NumPy) built-ins that FORBIDDEN lists for the exercise, and those a
     teacher adds in the course's nbgrader_config.py (the environment variable
@@ -24,8 +24,8 @@ helpers an exercise allows (tfmlib's `multi_head_attention` in notebook 08) may 
 inside, and the reference checked on its own (`check(name, reference)`, as the tests and the
 mutation proof do) is not the learner's code calling it.
 
-It is cheap: a profile hook (`sys.setprofile`) that looks each call up by identity in a set,
-active only while the check runs.
+It is cheap: a profile hook (`sys.setprofile`) that looks each call up by identity in a dict,
+on only while the learner's function runs (not while the check runs the reference).
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def _forbidden(name: str, teachers: str) -> _Forbidden:
         label = f"{function.__module__}.{function.__qualname__}"
         _add(table, reference, label, "reference")
         table.module_globals[id(function.__code__)] = function.__globals__
-        table.fingerprints[_fingerprint(function.__code__)] = label
+        table.fingerprints[fingerprint(function.__code__)] = label
     _add(table, solution, "solution", "solution")
     for dotted in FORBIDDEN.get(name, ()) + tuple(teachers_calls(teachers).get(name, ())):
         try:
@@ -174,14 +174,14 @@ def _add(table: _Forbidden, value, label: str, kind: str) -> None:
         table.builtins[id(value)] = label
 
 
-def _fingerprint(code: types.CodeType) -> tuple:
+def fingerprint(code: types.CodeType) -> tuple:
     """What a copy of a function compiled from the same text shares with it, whatever its name,
     file and line: its instructions with their arguments (names, constants, the docstring
     included). Read through `dis`, not co_code, because the bytes depend on the module compiling
     them (3.11 calls a method of an imported module with LOAD_ATTR, of any other name with
     LOAD_METHOD): those two are counted as one."""
     return tuple((_SAME_OPERATION.get(i.opname, i.opname),
-                  _fingerprint(i.argval) if isinstance(i.argval, types.CodeType) else repr(i.argval))
+                  fingerprint(i.argval) if isinstance(i.argval, types.CodeType) else repr(i.argval))
                  for i in dis.get_instructions(code) if i.opname not in ("CACHE", "NOP", "RESUME"))
 
 
@@ -258,7 +258,7 @@ class _Watch:
         """The reference `code` is a copy of (compiled from its text), or None; remembered per code."""
         known = self.copies.get(id(code))
         if known is None or known[0] is not code:
-            known = self.copies[id(code)] = (code, self.table.fingerprints.get(_fingerprint(code)))
+            known = self.copies[id(code)] = (code, self.table.fingerprints.get(fingerprint(code)))
         return known[1]
 
 
@@ -274,7 +274,7 @@ def handed_in(table: _Forbidden, fn) -> Found | None:
                 return Found(label, "handed in" if kind == "reference" else kind)
         code = getattr(inspect.unwrap(function), "__code__", None) if callable(function) else None
         if isinstance(code, types.CodeType) and id(code) not in table.module_globals:
-            copy_of = table.fingerprints.get(_fingerprint(code))
+            copy_of = table.fingerprints.get(fingerprint(code))
             if copy_of is not None:
                 return Found(copy_of, "copy")
     return None

@@ -248,7 +248,7 @@ CORRECT = [
     ("split_heads", split_unflatten), ("split_heads", split_view_permute), ("split_heads", split_head_loop),
     ("merge_heads", merge_permute_reshape), ("merge_heads", merge_contiguous_view),
     ("merge_heads", merge_einsum_flatten),
-    (MHA, mha_head_loop), (MHA, mha_einsum_float64), (MHA, mha_torch_output),
+    (MHA, mha_head_loop), (MHA, mha_einsum_float64),
 ]
 
 
@@ -529,6 +529,12 @@ def test_the_annotated_transformer_differs_only_on_a_query_with_no_visible_key()
     result = check(ATTENTION, attention_annotated)
     assert result.mistake == "masked scores filled with -1e9, fully masked rows not zeroed"
     assert "a fully masked query row" in result.details
+
+
+def test_pytorchs_own_multi_head_attention_passes_as_values_but_is_not_the_learners_work():
+    """Right in everything a caller sees, and still not the exercise: it fails and says why."""
+    result = check(MHA, mha_torch_output)
+    assert not result and "`torch.nn.functional.multi_head_attention_forward`" in result.message, str(result)
 
 
 def test_pytorchs_multihead_weights_give_nan_gradients_on_a_query_with_no_visible_key():

@@ -71,8 +71,8 @@ c.OverwriteCells.add_missing_cells = True
 # A cell that runs longer than this (seconds) is interrupted, and grading goes on.
 # Notebook 10's slowest cell trains a model for about 20 s on a laptop CPU.
 c.Execute.timeout = 120
-# The grader's kernel draws no figure: nobody looks at them, and drawing them was half of
-# each submission's time (benchmarks/AUTOGRADE.md). Learners' kernels are not affected.
+# The grader's kernel draws no figure: nobody looks at them, and drawing them was up to half
+# of a submission's time (benchmarks/AUTOGRADE.md). Learners' kernels are not affected.
 c.Execute.extra_arguments = ["--InlineBackend.figure_formats=set()"]
 # Autograding must not write the grader's own progress file (tfmlib.exercises.progress).
 os.environ["TFMLIB_PROGRESS"] = ""

@@ -39,7 +39,7 @@ TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")
 ASSIGNMENTS = ("01_shapes", "04_masks")
 GRADED = "04_masks"   # the assignment taken through the whole round trip
 STUB = "...  # your code here"
-CELL_TIMEOUT = 15  # seconds; the slowest cell of 01 and 04 takes well under 2 s
+CELL_TIMEOUT = 60  # seconds; the slowest cell of 04 takes under 2 s, but 20 s on a busy 2-core machine
 
 _spec = importlib.util.spec_from_file_location("make_nbgrader_course",
                                                REPO / "teacher" / "make_nbgrader_course.py")
@@ -107,7 +107,9 @@ def teacher_env(home: Path, user: str = "teacher") -> dict:
 
 
 def nbgrader(course: Path, *args: str, user: str = "teacher", cwd: Path | None = None,
-             check: bool = True) -> subprocess.CompletedProcess:
+             checksum_warnings: int = 0) -> subprocess.CompletedProcess:
+    """Run one nbgrader command; it must succeed, with only the expected checksum warnings
+    (one per test cell a learner edited: nbgrader's tamper alarm, which puts the cell back)."""
     if not (TEACHER_BIN / "nbgrader").exists():
         pytest.fail(f"no nbgrader in {TEACHER_BIN}: run `make teacher` first (it creates .venv-teacher "
                     "from requirements-teacher.txt)")
@@ -115,8 +117,9 @@ def nbgrader(course: Path, *args: str, user: str = "teacher", cwd: Path | None =
     exchange = f"--Exchange.root={course.parent / 'exchange'}"
     done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args, exchange], cwd=cwd or course,
                           env=teacher_env(course.parent, user), capture_output=True, text=True, timeout=900)
-    assert not check or done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    assert "checksum" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    warnings = [line for line in (done.stdout + done.stderr).splitlines() if "checksum" in line]
+    assert len(warnings) == checksum_warnings, "\n".join(warnings)
     return done
 
 
@@ -306,7 +309,7 @@ def gradebook(course) -> dict:
            edit_tests={"causal_mask": "pass  # a learner's edit of the locked test cell"})
     submit(course, "eve", GRADED, {"padding_mask": LOOPS, "causal_mask": "    return torch.ones(seq_len,",
                                    "target_mask": RIGHT["target_mask"]}, delete_tests=("target_mask",))
-    nbgrader(course, "autograde", GRADED, f"--Execute.timeout={CELL_TIMEOUT}")
+    nbgrader(course, "autograde", GRADED, f"--Execute.timeout={CELL_TIMEOUT}", checksum_warnings=1)  # bob's
     nbgrader(course, "generate_feedback", GRADED)
     nbgrader(course, "release_feedback", GRADED)
     nbgrader(course, "fetch_feedback", GRADED, "--course=transformer-shape-first", user="hana",

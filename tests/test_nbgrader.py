@@ -311,7 +311,7 @@ def gradebook(course) -> dict:
                                    "target_mask": RIGHT["target_mask"]}, delete_tests=("target_mask",))
     nbgrader(course, "autograde", GRADED, f"--Execute.timeout={CELL_TIMEOUT}", checksum_warnings=1)  # bob's
     nbgrader(course, "generate_feedback", GRADED)
-    nbgrader(course, "release_feedback", GRADED)
+    nbgrader(course, "release_feedback", GRADED, "--student=hana")  # the one who used the exchange
     nbgrader(course, "fetch_feedback", GRADED, "--course=transformer-shape-first", user="hana",
              cwd=course.parent / "hana")
     nbgrader(course, "export")

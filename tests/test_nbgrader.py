@@ -377,7 +377,8 @@ def test_the_feedback_shows_the_checks_diagnosis(course, gradebook):
 def test_every_nbgrader_command_of_the_teachers_guide_is_run_here(gradebook):
     """The guide's commands as typed (Formgrader is a page of JupyterLab, not a command)."""
     guide = (REPO / "docs" / "teachers_guide.md").read_text()
-    typed = set(re.findall(r"^\s*nbgrader ([a-z_]+)", guide, flags=re.MULTILINE))
+    blocks = "\n".join(re.findall(r"^```bash\n(.*?)^```", guide, flags=re.MULTILINE | re.DOTALL))
+    typed = set(re.findall(r"^\s*nbgrader ([a-z_]+)", blocks, flags=re.MULTILINE))
     assert {"generate_assignment", "release_assignment", "collect", "autograde", "generate_feedback"} <= typed
     assert typed <= set(COMMANDS), typed - set(COMMANDS)
 

@@ -34,6 +34,7 @@ import torch
 
 from tfmlib.exercises import REGISTRY, check
 from tfmlib.exercises.core import behaves_like_reference
+from tfmlib.exercises.provenance import fingerprint
 
 RANDOM_SEEDS = 8
 SECONDS_PER_CALL = 20  # a mutant that loops forever is stopped and counted as rejected
@@ -189,6 +190,9 @@ def _mutation_sites(source: str, scope: _Scope) -> list[tuple[int, int, str]]:
 
 
 def _mutated(function, source: str, scope: _Scope, target: tuple[int, int], namespace: dict):
+    """The mutant, or None when the change changes nothing that runs (swapping two equal
+    arguments, or the types in a local variable's annotation): that is the reference's own
+    code again, which the check rightly fails as a copy of the reference."""
     tree = _function_tree(source)
     mutator = _Mutator(scope, target)
     start = 1 if len(_body(tree)) < len(tree.body) else 0
@@ -197,7 +201,8 @@ def _mutated(function, source: str, scope: _Scope, target: tuple[int, int], name
     code = compile(module, f"<mutant of {function.__name__}>", "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     exec(code, namespace)
-    return namespace[function.__name__]
+    mutant = namespace[function.__name__]
+    return None if fingerprint(mutant.__code__) == fingerprint(function.__code__) else mutant
 
 
 @dataclass
@@ -222,6 +227,8 @@ def mutants(name: str) -> list[Mutant]:
         for number, option, description in _mutation_sites(source, scope):
             namespace = dict(function.__globals__)
             mutant = _mutated(function, source, scope, (number, option), namespace)
+            if mutant is None:
+                continue
             # the learner's functions, with the mutant in place and calling each other
             namespace[function.__name__] = mutant
             answer = tuple(mutant if f is function else _rebound(f, namespace) for f in references)

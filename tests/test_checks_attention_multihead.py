@@ -2,8 +2,9 @@
 linear, split_heads, merge_heads and multi_head_attention.
 
 Every answer here is written the way a learner writes one in a notebook cell:
-  - correct but unusual answers (loops, einsum, torch.where, F.scaled_dot_product_attention,
-    float64 inside, a non-contiguous result, another equivalent formula) must PASS;
+  - correct but unusual answers (loops, einsum, torch.where, float64 inside, a non-contiguous
+    result, another equivalent formula) must PASS (F.scaled_dot_product_attention is PyTorch's own
+    version of the exercise, not the learner's work: see tests/test_provenance.py);
   - answers that change the caller's tensors in place must FAIL and say which argument;
   - answers that cut autograd off (NumPy, .detach(), torch.tensor(values)) must FAIL with the
     gradient message, since these outputs feed training;
@@ -52,17 +53,6 @@ def attention_annotated_then_zeroed(query, key, value, mask=None):
     if mask is not None:
         weights = weights.masked_fill(mask == 0, 0)
     return torch.matmul(weights, value), weights
-
-
-def attention_torch_sdpa(query, key, value, mask=None):
-    """The context from PyTorch's own function (its mask, like ours, is True = may attend;
-    since torch 2.5 it gives zeros on a query with no visible key, as the contract asks)."""
-    context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
-    scores = query @ key.mT / query.size(-1) ** 0.5
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(-1).nan_to_num(0.0)
-    return context, weights
 
 
 def attention_float64_inside(query, key, value, mask=None):
@@ -250,7 +240,7 @@ def mha_torch_output(query, key, value, params, num_heads, mask=None):
 
 CORRECT = [
     (ATTENTION, attention_where), (ATTENTION, attention_annotated_then_zeroed),
-    (ATTENTION, attention_torch_sdpa), (ATTENTION, attention_float64_inside),
+    (ATTENTION, attention_float64_inside),
     (ATTENTION, attention_non_contiguous), (ATTENTION, attention_manual_softmax),
     (ATTENTION, attention_row_loop),
     ("linear", linear_addmm), ("linear", linear_rows), ("linear", linear_float64_inside),
@@ -258,7 +248,7 @@ CORRECT = [
     ("split_heads", split_unflatten), ("split_heads", split_view_permute), ("split_heads", split_head_loop),
     ("merge_heads", merge_permute_reshape), ("merge_heads", merge_contiguous_view),
     ("merge_heads", merge_einsum_flatten),
-    (MHA, mha_head_loop), (MHA, mha_einsum_float64), (MHA, mha_torch_output),
+    (MHA, mha_head_loop), (MHA, mha_einsum_float64),
 ]
 
 
@@ -539,6 +529,12 @@ def test_the_annotated_transformer_differs_only_on_a_query_with_no_visible_key()
     result = check(ATTENTION, attention_annotated)
     assert result.mistake == "masked scores filled with -1e9, fully masked rows not zeroed"
     assert "a fully masked query row" in result.details
+
+
+def test_pytorchs_own_multi_head_attention_passes_as_values_but_is_not_the_learners_work():
+    """Right in everything a caller sees, and still not the exercise: it fails and says why."""
+    result = check(MHA, mha_torch_output)
+    assert not result and "`torch.nn.functional.multi_head_attention_forward`" in result.message, str(result)
 
 
 def test_pytorchs_multihead_weights_give_nan_gradients_on_a_query_with_no_visible_key():

@@ -1,23 +1,33 @@
 """The nbgrader course of teacher/make_nbgrader_course.py, graded by the real nbgrader, offline.
 
-In a temporary folder: generate the course from notebooks 01 and 04 (one and three exercises),
-`nbgrader generate_assignment` both, check that the released notebooks show exactly the
-learner's cells of notebooks/ and no reference solution, then submit three learners' copies,
-`nbgrader autograde` them and read the gradebook:
-  ada  every reference answer                                       -> 4 of 4 points
-  bob  01: a wrong answer; 04: one right, one wrong, one untouched,
-       and the locked test cell of the wrong one edited to `pass`     -> 1 of 4
-  eve  01: right, its test cell deleted; 04: an answer that loops
-       forever, a cell that does not even parse, and a right answer
-       whose test cell was deleted                                    -> 2 of 4
+In a temporary folder: generate the course from notebooks 01 and 04, with the teacher's
+settings in nbgrader_config.py (target_mask worth 2 points; torch.tril forbidden in
+causal_mask), `nbgrader generate_assignment` both, check the releases (no solution, no
+`solution()`, visible locked test cells) and that `nbgrader validate` lists every exercise of a
+blank copy. Then the learners' copies of 04 (hana's through nbgrader's exchange: release_assignment,
+fetch_assignment, submit and collect, as the OS user "hana"), `nbgrader autograde`, the gradebook,
+`nbgrader generate_feedback`, release_feedback, fetch_feedback and export:
+  ada   every instructor answer                                          -> 4 of 4 points
+  hana  her own answers, honest                                          -> 4 of 4
+  bob   one right, one wrong, one untouched, and the locked test cell
+        of the wrong one edited to `pass`                                 -> 1 of 4
+  eve   an answer that loops forever, a cell that does not even parse,
+        and a right answer whose test cell was deleted                    -> 2 of 4
+  carl  the reference under an alias, through `import tfmlib as t`, and
+        solution()'s text run with exec                                   -> 0, and why
+  pam   the reference handed in as the answer, PyTorch's built-in causal
+        mask, and the teacher's forbidden torch.tril                      -> 0, and why
+Every nbgrader command costs a few seconds of start-up, so the round trip grades one notebook.
 nbgrader runs in the teachers' environment (.venv-teacher, `make teacher`), as a teacher's
 commands would; this file runs in the course's .venv and only needs the nbgrader command.
 """
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -27,8 +37,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
 ASSIGNMENTS = ("01_shapes", "04_masks")
+GRADED = "04_masks"   # the assignment taken through the whole round trip
 STUB = "...  # your code here"
-CELL_TIMEOUT = 15  # seconds; the slowest cell of 01 and 04 takes well under 2 s
+CELL_TIMEOUT = 60  # seconds; the slowest cell of 04 takes under 2 s, but 20 s on a busy 2-core machine
 
 _spec = importlib.util.spec_from_file_location("make_nbgrader_course",
                                                REPO / "teacher" / "make_nbgrader_course.py")
@@ -44,6 +55,7 @@ RIGHT = {
             raise ValueError(f"sizes {x} and {y} clash")
     return tuple(y if x == 1 else x for x, y in zip(a, b))""",
     "padding_mask": "    return (token_ids != pad_id)[:, None, None, :]",
+    "causal_mask": "    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()[None, None]",
     "target_mask": """\
     L = token_ids.shape[1]
     return (token_ids != pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()""",
@@ -53,32 +65,71 @@ WRONG = {
     "causal_mask": "    return torch.ones(seq_len, seq_len, dtype=torch.bool).triu()[None, None]",
 }
 LOOPS = "    while True:\n        pass"
+# Answers that are not the learner's own work, and what their feedback must say.
+CHEATS = {
+    "padding_mask": ("    from tfmlib.masks import padding_mask as pm\n    return pm(token_ids, pad_id)",
+                     "calls `tfmlib.masks.padding_mask`, the reference"),
+    "causal_mask": ("    import tfmlib as t\n    return t.causal_mask(seq_len)",
+                    "calls `tfmlib.masks.causal_mask`, the reference"),
+    "target_mask": ("""\
+    from tfmlib.exercises import solution
+    from tfmlib.masks import causal_mask, padding_mask
+    namespace = {"padding_mask": padding_mask, "causal_mask": causal_mask}
+    exec(solution("target_mask").source, namespace)
+    return namespace["target_mask"](token_ids, pad_id)""", "copy of `tfmlib.masks.target_mask`"),
+}
+BUILT_INS = {
+    "padding_mask": ("    ...  # your code here\nfrom tfmlib import padding_mask as my_padding_mask",
+                     "your answer is `tfmlib.masks.padding_mask` itself"),
+    "causal_mask": ("    return (torch.nn.Transformer.generate_square_subsequent_mask(seq_len) == 0)[None, None]",
+                    "`torch.nn.Transformer.generate_square_subsequent_mask`, PyTorch's own version"),
+    "target_mask": ("""\
+    L = token_ids.shape[1]
+    return (token_ids != pad_id)[:, None, None, :] & torch.tril(torch.ones(L, L, dtype=torch.bool))""",
+                    "`torch.tril`"),
+}
+POINTS = {"target_mask": 2}                       # the teacher's override; 1 point for the others
+FORBIDDEN_CALLS = {"target_mask": ["torch.tril"]}  # the teacher's addition to tfmlib's table
+FULL = {"01_shapes": {"broadcast_shape": 1}, "04_masks": {"padding_mask": 1, "causal_mask": 1, "target_mask": 2}}
+COMMANDS: list[str] = []                          # every nbgrader command these tests ran
 
 
-def teacher_env(home: Path) -> dict:
+def teacher_env(home: Path, user: str = "teacher") -> dict:
     """The environment of the nbgrader commands: the teachers' venv first on PATH (nbgrader runs
-    `alembic` from there), every Jupyter folder and the progress file inside the test's folder."""
+    `alembic` from there), every Jupyter folder and the progress file inside the test's folder,
+    and the OS user name, which is how nbgrader's exchange knows a learner."""
     env = dict(os.environ, PATH=f"{TEACHER_BIN}:{os.environ['PATH']}", HOME=str(home),
                JUPYTER_CONFIG_DIR=str(home / "jupyter-config"), JUPYTER_DATA_DIR=str(home / "jupyter-data"),
                IPYTHONDIR=str(home / "ipython"), MPLCONFIGDIR=str(home / "matplotlib"),
-               TFMLIB_PROGRESS=str(home / "progress.json"))
+               TFMLIB_PROGRESS=str(home / "progress.json"), USER=user, LOGNAME=user)
     env.pop("JUPYTER_PATH", None)
     return env
 
 
-def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
+def nbgrader(course: Path, *args: str, user: str = "teacher", cwd: Path | None = None,
+             checksum_warnings: int = 0) -> subprocess.CompletedProcess:
+    """Run one nbgrader command; it must succeed, with only the expected checksum warnings
+    (one per test cell a learner edited: nbgrader's tamper alarm, which puts the cell back)."""
     if not (TEACHER_BIN / "nbgrader").exists():
         pytest.fail(f"no nbgrader in {TEACHER_BIN}: run `make teacher` first (it creates .venv-teacher "
                     "from requirements-teacher.txt)")
-    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=teacher_env(course.parent),
-                          capture_output=True, text=True, timeout=600)
+    COMMANDS.append(args[0])
+    exchange = f"--Exchange.root={course.parent / 'exchange'}"
+    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args, exchange], cwd=cwd or course,
+                          env=teacher_env(course.parent, user), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    warnings = [line for line in (done.stdout + done.stderr).splitlines() if "checksum" in line]
+    assert len(warnings) == checksum_warnings, "\n".join(warnings)
     return done
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("nbgrader") / "course"
+    (root.parent / "exchange").mkdir()
+    root.mkdir()
+    (root / "nbgrader_config.py").write_text(make_course.CONFIG.replace(
+        "POINTS = {}", f"POINTS = {POINTS!r}").replace("FORBIDDEN_CALLS = {}", f"FORBIDDEN_CALLS = {FORBIDDEN_CALLS!r}"))
     make_course.main(["--out", str(root), *ASSIGNMENTS])
     for assignment in ASSIGNMENTS:
         nbgrader(root, "generate_assignment", assignment)
@@ -102,31 +153,45 @@ def answer_cells(notebook) -> dict[str, nbformat.NotebookNode]:
 
 # ---- the released notebooks ---------------------------------------------------------------------
 
+STUCK = re.compile(r"^Stuck\? Run `solution\(\"[a-z_]+\"\)` in a new cell\.\n*", re.MULTILINE)
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_release_shows_exactly_the_cells_of_the_course_notebook(course, assignment):
+def test_the_release_is_the_course_notebook_less_every_way_to_the_solution(course, assignment):
+    """The lesson's cells as they are (outputs included), except: no `solution` import, no
+    "Stuck? Run solution(...)" line, and each answer cell without its closing check(...) line,
+    which the test cell after it runs."""
     original = nbformat.read(REPO / "notebooks" / f"{assignment}.ipynb", as_version=4)
+    expected = []  # (source, outputs); an answer cell's outputs are its check's, gone with the call
+    for cell in original.cells:
+        if cell.cell_type == "markdown":
+            expected.append((STUCK.sub("", cell.source), None))
+        elif make_course.exercise_call(cell.source):
+            expected.append((cell.source.rsplit("\ncheck(", 1)[0].rstrip(), []))
+        else:
+            expected.append((cell.source.replace("import check, solution\n", "import check\n"), cell.get("outputs")))
     learner_cells = [cell for cell in released(course, assignment).cells if not is_test_cell(cell)]
-    assert [(c.cell_type, c.source) for c in learner_cells] == [(c.cell_type, c.source) for c in original.cells]
-    assert [c.get("outputs") for c in learner_cells] == [c.get("outputs") for c in original.cells]
+    assert [(c.source, c.get("outputs")) for c in learner_cells] == [e for e in expected if e[0]]
+    assert "solution" not in json.dumps([cell.source for cell in learner_cells])
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_release_has_a_locked_one_point_test_after_each_exercise_and_no_solution(course, assignment):
+def test_the_release_has_a_visible_locked_test_after_each_exercise_and_no_solution(course, assignment):
     source = nbformat.read(course / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     release = released(course, assignment)
     answers = answer_cells(release)
-    assert list(answers) == make_course.source_notebook(
-        nbformat.read(REPO / "notebooks" / f"{assignment}.ipynb", as_version=4))[1]
+    assert list(answers) == list(FULL[assignment])
     for name, cell in answers.items():
-        assert cell.source.count(STUB) == 1, cell.source
+        assert cell.source.count(STUB) == 1 and "check(" not in cell.source, cell.source
         test = release.cells[release.cells.index(cell) + 1]
-        assert is_test_cell(test) and test.metadata.nbgrader.locked and test.metadata.nbgrader.points == 1
-        assert f'check("{name}"' in test.source and "_exercises" not in test.source  # the test is hidden
-    # The instructor's version does hold a solution; none of its lines reaches the release.
-    solution_lines = {line.strip() for cell in answer_cells(source).values()
-                      for line in cell.source.split("\n")} - {line.strip() for c in release.cells
-                                                               for line in c.source.split("\n")}
-    assert any("import" in line and "# the reference" in line for line in solution_lines)
+        assert is_test_cell(test) and test.metadata.nbgrader.locked
+        assert test.metadata.nbgrader.points == FULL[assignment][name]
+        assert f'_exercises.check("{name}"' in test.source  # visible: the learner can run it
+    # The instructor's version does hold a solution (the reference's body); none of it is released.
+    solution_lines = {line.strip() for cell in answer_cells(source).values()  # not a lone ")"
+                      for line in cell.source.split("\n") if len(line.strip()) > 12} - {
+        line.strip() for c in release.cells for line in c.source.split("\n")}
+    assert any("import" in line for line in solution_lines)
     text = json.dumps(release)
     for line in solution_lines:
         assert line not in text, f"{assignment}: the release leaks {line!r}"
@@ -134,47 +199,89 @@ def test_the_release_has_a_locked_one_point_test_after_each_exercise_and_no_solu
         assert marker not in text
 
 
-def test_each_solution_the_generator_writes_passes_its_check_for_all_ten_notebooks():
-    """The instructor's answers are right (the round trip below grades two notebooks of ten)."""
+def test_nbgrader_validate_lists_every_exercise_of_a_blank_copy(course):
+    done = nbgrader(course, "validate", str(course / "release" / "04_masks" / "04_masks.ipynb"))
+    report = done.stdout + done.stderr
+    assert "VALIDATION FAILED ON 3 CELL(S)" in report, report
+    for name in FULL["04_masks"]:
+        assert f"[TODO] {name}: not attempted yet" in report, report
+
+
+def test_each_solution_the_generator_writes_passes_its_check_for_every_notebook():
+    """The instructor's answers are right and are not flagged as the reference: each is the
+    reference's body written out (the round trip below grades two notebooks of twelve)."""
     from tfmlib.exercises import check
     checked = 0
-    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for path in make_course.course_notebooks([], bonus=True):
         notebook, exercises = make_course.source_notebook(nbformat.read(path, as_version=4))
         for name, cell in answer_cells(notebook).items():
-            namespace = {"check": lambda *args: None}  # the cell's own check call: skipped here
+            namespace = {}
             exec(cell.source, namespace)
-            answers = make_course.exercise_call(cell.source)[1]
-            answer = tuple(namespace[a] for a in answers) if len(answers) > 1 else namespace[answers[0]]
+            test = notebook.cells[notebook.cells.index(cell) + 1]
+            answer = eval(test.source.split(f'check("{name}", ')[1].split(")\n")[0], namespace)
             result = check(name, answer)
             assert result, f"{path.name}: {result}"
             checked += 1
         assert exercises, f"{path.name} has no graded exercise"
-    assert checked >= 33
+    assert checked == 41
 
 
-# ---- submissions, autograde, gradebook ----------------------------------------------------------
+def test_bonus_notebooks_are_assignments_too(tmp_path):
+    assert [p.stem for p in make_course.course_notebooks([], bonus=True)][-2:] == \
+        ["b1_language_model", "b2_generation"]
+    make_course.main(["--out", str(tmp_path), "b2_generation"])
+    notebook = nbformat.read(tmp_path / "source" / "b2_generation" / "b2_generation.ipynb", as_version=4)
+    assert list(answer_cells(notebook)) == ["next_token_probs", "top_k_filter", "top_p_filter",
+                                            "cached_self_attention", "lm_step"]
 
-def submit(course: Path, student: str, assignment: str, answers: dict[str, str],
-           delete_tests: tuple[str, ...] = (), edit_tests: dict[str, str] | None = None) -> None:
-    """A learner's copy of the released notebook: `answers` replace stub lines (an answer of ""
-    leaves the stub), the test cells of `delete_tests` are deleted, those of `edit_tests` edited."""
-    notebook = released(course, assignment)
+
+@pytest.mark.parametrize("setting, complaint", [
+    ("POINTS = {'no_such_exercise': 2}", "no exercise called no_such_exercise"),
+    ("POINTS = {'causal_mask': 0}", "positive number"),
+    ("FORBIDDEN_CALLS = {'causal_mask': ['torch.no_such_function']}", "no function"),
+])
+def test_a_teachers_slip_in_the_settings_is_told_not_ignored(tmp_path, setting, complaint):
+    (tmp_path / "nbgrader_config.py").write_text(make_course.CONFIG + setting + "\n")
+    with pytest.raises(SystemExit, match=complaint):
+        make_course.main(["--out", str(tmp_path), "04_masks"])
+
+
+# ---- submissions, autograde, gradebook, feedback -----------------------------------------------
+
+def learners_copy(notebook: nbformat.NotebookNode, answers: dict[str, str],
+                  delete_tests: tuple[str, ...] = (), edit_tests: dict[str, str] | None = None):
+    """A learner's copy: `answers` replace stub lines (an answer of "" leaves the stub), the test
+    cells of `delete_tests` are deleted, those of `edit_tests` edited."""
     for name, cell in answer_cells(notebook).items():
         if answers.get(name):
             cell.source = cell.source.replace("    " + STUB, answers[name])
     cells = []
     for cell in notebook.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        name = grade_id.removesuffix("-test")
+        name = cell.metadata.get("nbgrader", {}).get("grade_id", "").removesuffix("-test")
         if is_test_cell(cell) and name in delete_tests:
             continue
         if is_test_cell(cell) and name in (edit_tests or {}):
             cell.source = edit_tests[name]
         cells.append(cell)
     notebook.cells = cells
+    return notebook
+
+
+def submit(course: Path, student: str, assignment: str, answers: dict[str, str], **changes) -> None:
+    """Hand in without the exchange: the learner's copy put in submitted/ (the guide's other way)."""
     folder = course / "submitted" / student / assignment
     folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(notebook, folder / f"{assignment}.ipynb")
+    nbformat.write(learners_copy(released(course, assignment), answers, **changes), folder / f"{assignment}.ipynb")
+
+
+def submit_through_the_exchange(course: Path, student: str, assignment: str, answers: dict[str, str]) -> None:
+    """fetch_assignment, answer, submit, as the learner's OS user; the teacher then collects."""
+    home = course.parent / student
+    home.mkdir(exist_ok=True)
+    nbgrader(course, "fetch_assignment", assignment, "--course=transformer-shape-first", user=student, cwd=home)
+    path = home / assignment / f"{assignment}.ipynb"
+    nbformat.write(learners_copy(nbformat.read(path, as_version=4), answers), path)
+    nbgrader(course, "submit", assignment, "--course=transformer-shape-first", user=student, cwd=home)
 
 
 def reference_answers(course: Path, assignment: str) -> dict[str, str]:
@@ -191,18 +298,23 @@ def reference_answers(course: Path, assignment: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def gradebook(course) -> dict:
-    """Autograde the three learners; {student: {assignment: {exercise: points}}} from the gradebook."""
-    for assignment in ASSIGNMENTS:
-        submit(course, "ada", assignment, reference_answers(course, assignment))
-    submit(course, "bob", "01_shapes", {"broadcast_shape": WRONG["broadcast_shape"]})
-    submit(course, "bob", "04_masks", {"padding_mask": RIGHT["padding_mask"], "causal_mask": WRONG["causal_mask"]},
+    """Autograde every learner; {student: {exercise: points}} from the gradebook."""
+    nbgrader(course, "release_assignment", GRADED)
+    submit_through_the_exchange(course, "hana", GRADED, RIGHT)
+    nbgrader(course, "collect", GRADED)
+    submit(course, "ada", GRADED, reference_answers(course, GRADED))
+    submit(course, "carl", GRADED, {name: body for name, (body, _) in CHEATS.items()})
+    submit(course, "pam", GRADED, {name: body for name, (body, _) in BUILT_INS.items()})
+    submit(course, "bob", GRADED, {"padding_mask": RIGHT["padding_mask"], "causal_mask": WRONG["causal_mask"]},
            edit_tests={"causal_mask": "pass  # a learner's edit of the locked test cell"})
-    submit(course, "eve", "01_shapes", {"broadcast_shape": RIGHT["broadcast_shape"]},
-           delete_tests=("broadcast_shape",))
-    submit(course, "eve", "04_masks", {"padding_mask": LOOPS, "causal_mask": "    return torch.ones(seq_len,",
-                                       "target_mask": RIGHT["target_mask"]}, delete_tests=("target_mask",))
-    for assignment in ASSIGNMENTS:
-        nbgrader(course, "autograde", assignment, f"--Execute.timeout={CELL_TIMEOUT}")
+    submit(course, "eve", GRADED, {"padding_mask": LOOPS, "causal_mask": "    return torch.ones(seq_len,",
+                                   "target_mask": RIGHT["target_mask"]}, delete_tests=("target_mask",))
+    nbgrader(course, "autograde", GRADED, f"--Execute.timeout={CELL_TIMEOUT}", checksum_warnings=1)  # bob's
+    nbgrader(course, "generate_feedback", GRADED)
+    nbgrader(course, "release_feedback", GRADED, "--student=hana")  # the one who used the exchange
+    nbgrader(course, "fetch_feedback", GRADED, "--course=transformer-shape-first", user="hana",
+             cwd=course.parent / "hana")
+    nbgrader(course, "export")
     script = """
 import json
 from nbgrader.api import Gradebook
@@ -213,8 +325,7 @@ with Gradebook("sqlite:///gradebook.db") as gradebook:
             for cell in notebook.grade_cells:
                 for grade in cell.grades:
                     student = grade.notebook.assignment.student.id
-                    scores.setdefault(student, {}).setdefault(assignment.name, {})[
-                        cell.name.removesuffix("-test")] = grade.score
+                    scores.setdefault(student, {})[cell.name.removesuffix("-test")] = grade.score
 print(json.dumps(scores))
 """
     done = subprocess.run([str(TEACHER_BIN / "python"), "-c", script], cwd=course,
@@ -223,39 +334,60 @@ print(json.dumps(scores))
     return json.loads(done.stdout)
 
 
-def test_every_reference_answer_gets_full_marks(gradebook):
-    assert gradebook["ada"] == {"01_shapes": {"broadcast_shape": 1},
-                                "04_masks": {"padding_mask": 1, "causal_mask": 1, "target_mask": 1}}
+def feedback(course: Path, student: str, assignment: str) -> str:
+    return (course / "feedback" / student / assignment / f"{assignment}.html").read_text()
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_graders_kernel_runs_the_whole_notebook_without_an_error(course, gradebook, assignment):
+def test_the_instructors_answers_and_an_honest_learners_get_full_marks(gradebook):
+    assert gradebook["ada"] == FULL[GRADED]
+    assert gradebook["hana"] == FULL[GRADED]
+
+
+def test_the_graders_kernel_runs_the_whole_notebook_without_an_error(course, gradebook):
     """Every cell, not only the exercises: the teachers' environment has all the notebooks import."""
-    graded = nbformat.read(course / "autograded" / "ada" / assignment / f"{assignment}.ipynb", as_version=4)
+    graded = nbformat.read(course / "autograded" / "ada" / GRADED / f"{GRADED}.ipynb", as_version=4)
     errors = [(index, output.ename, output.evalue) for index, cell in enumerate(graded.cells)
               for output in cell.get("outputs", []) if output.output_type == "error"]
     assert errors == []
 
 
 def test_right_wrong_and_untouched_answers_get_exactly_their_points(gradebook):
-    assert gradebook["bob"] == {"01_shapes": {"broadcast_shape": 0},
-                                "04_masks": {"padding_mask": 1, "causal_mask": 0, "target_mask": 0}}
+    assert gradebook["bob"] == {"padding_mask": 1, "causal_mask": 0, "target_mask": 0}
 
 
-def test_a_loop_a_syntax_error_and_deleted_test_cells_are_graded_not_fatal(gradebook):
-    assert gradebook["eve"] == {"01_shapes": {"broadcast_shape": 1},
-                                "04_masks": {"padding_mask": 0, "causal_mask": 0, "target_mask": 1}}
+def test_a_loop_a_syntax_error_and_a_deleted_test_cell_are_graded_not_fatal(gradebook):
+    assert gradebook["eve"] == {"padding_mask": 0, "causal_mask": 0, "target_mask": 2}
 
 
-def test_the_autograded_notebook_shows_the_checks_diagnosis(course, gradebook):
-    """The grader (and nbgrader's feedback) sees why an answer lost its point: check's own line."""
-    graded = nbformat.read(course / "autograded" / "bob" / "04_masks" / "04_masks.ipynb", as_version=4)
-    test = next(c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "causal_mask-test")
-    assert test.source.startswith("### BEGIN HIDDEN TESTS") or "check(\"causal_mask\"" in test.source
-    error = next(o for o in test.outputs if o.output_type == "error")
-    assert error.ename == "AssertionError" and "[FAIL] causal_mask" in error.evalue
+def test_answers_that_are_not_the_learners_own_get_no_points_and_the_feedback_says_why(course, gradebook):
+    for student, answers in (("carl", CHEATS), ("pam", BUILT_INS)):
+        assert gradebook[student] == {"padding_mask": 0, "causal_mask": 0, "target_mask": 0}, student
+        text = html.unescape(feedback(course, student, GRADED))
+        for name, (_, why) in answers.items():
+            assert f"[FAIL] {name}: " in text and why in text, (student, name, why)
 
 
+def test_the_feedback_shows_the_checks_diagnosis(course, gradebook):
+    """What the learner reads: the check's own line, for a classic mistake as for a PASS."""
+    text = html.unescape(feedback(course, "bob", GRADED))
+    assert "[FAIL] causal_mask: looks like a classic mistake" in text
+    assert "[PASS] padding_mask" in text
+
+
+def test_every_nbgrader_command_of_the_teachers_guide_is_run_here(gradebook):
+    """The guide's commands as typed (Formgrader is a page of JupyterLab, not a command)."""
+    guide = (REPO / "docs" / "teachers_guide.md").read_text()
+    blocks = "\n".join(re.findall(r"^```bash\n(.*?)^```", guide, flags=re.MULTILINE | re.DOTALL))
+    typed = set(re.findall(r"^\s*nbgrader ([a-z_]+)", blocks, flags=re.MULTILINE))
+    assert {"generate_assignment", "release_assignment", "collect", "autograde", "generate_feedback"} <= typed
+    assert typed <= set(COMMANDS), typed - set(COMMANDS)
+
+
+def test_the_learner_fetches_the_feedback_and_the_teacher_exports_the_grades(course, gradebook):
+    fetched = list((course.parent / "hana" / GRADED / "feedback").glob(f"*/{GRADED}.html"))
+    assert len(fetched) == 1 and "[PASS] target_mask" in html.unescape(fetched[0].read_text())
+    rows = (course / "grades.csv").read_text().splitlines()
+    assert len(rows) == 1 + 6   # a header, then one row per learner of the graded assignment
 def pins(path: Path) -> dict[str, str]:
     lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
     return dict(line.split("==") for line in lines if "==" in line)

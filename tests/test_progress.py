@@ -60,6 +60,22 @@ def test_passed_failed_and_not_tried_per_exercise(progress_file):
     assert "<td><code>causal_mask</code></td>" in view._repr_html_()
 
 
+def test_the_view_says_that_passed_means_passed_once_and_the_note_is_the_last_check(progress_file):
+    """A learner who passed and then broke the answer still sees PASS (progress is what was
+    achieved); the table and the summary say so, rather than calling it "the last check"."""
+    def my_broken_padding_mask(token_ids, pad_id):
+        return token_ids != pad_id
+
+    check("padding_mask", my_padding_mask)
+    check("padding_mask", my_broken_padding_mask)
+    check("causal_mask", my_causal_mask)
+    view = progress()
+    assert states(view)["padding_mask"] == "passed"
+    assert "passed at least once, 1 tried but never passed" in str(view)
+    page = view._repr_html_()
+    assert "<th>ever passed?</th>" in page and "<th>the last check said (if never passed)</th>" in page
+
+
 def test_the_file_holds_the_machine_readable_result(progress_file):
     result = check("causal_mask", my_causal_mask)
     entry = json.loads(progress_file.read_text())["exercises"]["causal_mask"]

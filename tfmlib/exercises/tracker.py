@@ -139,7 +139,7 @@ _MARK = {"passed": ("PASS", "#1e7e34"), "failed": ("FAIL", "#b3261e"),
 class Row:
     notebook: str
     exercise: str
-    state: str     # "passed", "failed" or "not tried"
+    state: str     # "passed" (at least once), "failed" (tried, never passed) or "not tried"
     note: str      # the last check's message for a failed exercise, else ""
 
 
@@ -155,8 +155,8 @@ class Progress:
     def _summary(self) -> str:
         counts = self.counts()
         where = f"recorded in {self.path}" if self.path else f"recording is off ({ENV_VAR} is empty)"
-        return (f"{counts['passed']} of {len(self.rows)} exercises passed, {counts['failed']} failed, "
-                f"{counts['not tried']} not tried yet ({where})")
+        return (f"{counts['passed']} of {len(self.rows)} exercises passed at least once, "
+                f"{counts['failed']} tried but never passed, {counts['not tried']} not tried yet ({where})")
 
     def __str__(self) -> str:
         lines = [self._summary()]
@@ -176,7 +176,7 @@ class Progress:
                          f"</code></td><td style='color:{colour}'><b>{tag}</b></td>"
                          f"<td style='text-align:left'>{html.escape(row.note)}</td></tr>")
         return (f"<p>{html.escape(self._summary())}</p><table><tr><th>notebook</th><th>exercise</th>"
-                f"<th></th><th>last check</th></tr>{''.join(cells)}</table>")
+                f"<th>ever passed?</th><th>the last check said (if never passed)</th></tr>{''.join(cells)}</table>")
 
 
 def progress() -> Progress:

@@ -1,0 +1,153 @@
+"""`python -m benchmarks.autograde [--students N] [--rounds R] [ASSIGNMENT ...]`
+
+How long `nbgrader autograde` takes per submission, as the course grades now and as it graded
+before issue 21, side by side on the same machine, in alternating rounds:
+  before  the grader's kernel drew every figure of the lesson (matplotlib's inline backend),
+          and each answer cell ran its check once more before the test cell did;
+  now     nbgrader_config.py's `--InlineBackend.figure_formats=set()`: figures are made but
+          never drawn; the answer cell no longer calls check (the test cell does, once).
+Each round autogrades N copies of the instructor's answers (every check runs to PASS) with
+`--force`, and then one copy; per submission is (N copies - one copy) / (N - 1), which leaves
+out nbgrader's own start, in wall-clock seconds and in CPU seconds (nbgrader and its kernels).
+Writes benchmarks/AUTOGRADE.md. Needs the teachers' environment (`make teacher`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import resource
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from .timing import load_average, machine
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
+SETUPS = {"before": ["--Execute.extra_arguments=[]"], "now": []}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_nbgrader_course",
+                                                  REPO / "teacher" / "make_nbgrader_course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _env(home: Path) -> dict:
+    env = dict(os.environ, PATH=f"{TEACHER_BIN}:{os.environ['PATH']}", HOME=str(home),
+               JUPYTER_CONFIG_DIR=str(home / "jupyter-config"), JUPYTER_DATA_DIR=str(home / "jupyter-data"),
+               IPYTHONDIR=str(home / "ipython"), MPLCONFIGDIR=str(home / "matplotlib"))
+    env.pop("JUPYTER_PATH", None)
+    return env
+
+
+def _nbgrader(course: Path, *args: str) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of nbgrader and every kernel it ran) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=_env(course.parent),
+                   check=True, capture_output=True, timeout=3600)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _copies(course: Path, assignment: str, students: int, generator) -> None:
+    """N copies of the instructor's answers, each as the learner would hand it in: `before`
+    copies also keep the check(...) call that ended each answer cell in the old release."""
+    source = nbformat.read(course / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    release = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    answers = {}
+    for cell in source.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            lines = cell.source.split("\n")
+            begin = next(i for i, line in enumerate(lines) if "BEGIN SOLUTION" in line)
+            end = next(i for i, line in enumerate(lines) if "END SOLUTION" in line)
+            answers[meta["grade_id"]] = "\n".join(lines[begin + 1:end])
+    for setup in SETUPS:
+        notebook = nbformat.from_dict(release)
+        for index, cell in enumerate(notebook.cells):
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in answers:
+                cell.source = cell.source.replace("    " + generator.STUB, answers[grade_id])
+                if setup == "before":  # the test cell's own check call, repeated in the answer cell
+                    test = notebook.cells[index + 1].source
+                    cell.source += "\n\n" + test[test.index("_exercises.check("):].split("\n")[0] \
+                        .replace("_result = ", "").replace("_exercises.check", "check")
+        for number in range(students):
+            folder = course / "submitted" / f"{setup}{number:02d}" / assignment
+            folder.mkdir(parents=True, exist_ok=True)
+            nbformat.write(notebook, folder / f"{assignment}.ipynb")
+
+
+def measure(assignment: str, students: int, rounds: int) -> dict:
+    """{setup: (wall per submission, CPU per submission, wall of nbgrader's own start)}."""
+    generator = _generator()
+    with tempfile.TemporaryDirectory() as folder:
+        course = Path(folder) / "course"
+        generator.main(["--out", str(course), assignment])
+        _nbgrader(course, "generate_assignment", assignment)
+        _copies(course, assignment, students, generator)
+        samples = {setup: [] for setup in SETUPS}
+        for _ in range(rounds):
+            for setup, options in SETUPS.items():  # alternating, so that the load hits both alike
+                full = _nbgrader(course, "autograde", assignment, f"--student={setup}*", "--force", *options)
+                one = _nbgrader(course, "autograde", assignment, f"--student={setup}00", "--force", *options)
+                each = ((full[0] - one[0]) / (students - 1), (full[1] - one[1]) / (students - 1))
+                samples[setup].append((*each, one[0] - each[0]))
+    return {setup: tuple(statistics.median(s[i] for s in rows) for i in range(3))
+            for setup, rows in samples.items()}
+
+
+def render(results: dict, students: int, rounds: int, seconds: float, loads: tuple) -> str:
+    info = machine()
+    lines = ["# Autograding time per submission", "",
+             "Written by `python -m benchmarks.autograde` (its docstring says what is measured).",
+             f"Machine: {info.cpu}, {info.cores} cores, torch {info.torch}; load average "
+             f"{loads[0]:.1f} at the start, {loads[1]:.1f} at the end (other jobs shared the cores: "
+             "read the ratios, measured side by side, rather than the seconds). "
+             f"{students} submissions per assignment, median of {rounds} alternating rounds; "
+             f"the run took {seconds / 60:.0f} min.", "",
+             "| assignment | before: wall / CPU per submission | now: wall / CPU per submission "
+             "| faster (wall / CPU) | a class of 40, now (wall) |",
+             "|---|---:|---:|---:|---:|"]
+    for assignment, setups in results.items():
+        before, now = setups["before"], setups["now"]
+        lines.append(f"| `{assignment}` | {before[0]:.1f} s / {before[1]:.1f} s | {now[0]:.1f} s / "
+                     f"{now[1]:.1f} s | {before[0] / now[0]:.1f}x / {before[1] / now[1]:.1f}x | "
+                     f"{(now[2] + 40 * now[0]) / 60:.1f} min |")
+    lines += ["", "A class of 40 is nbgrader's own start plus 40 times the time per submission, for "
+              "one notebook; the ten notebooks take about ten times as long."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.autograde", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("assignments", nargs="*", default=["04_masks", "07_sublayers"])
+    parser.add_argument("--students", type=int, default=3, help="at least 2")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=HERE / "AUTOGRADE.md")
+    args = parser.parse_args(argv)
+    start, first = time.perf_counter(), load_average()[0]
+    results = {}
+    for assignment in args.assignments:
+        results[assignment] = measure(assignment, args.students, args.rounds)
+        print(assignment, results[assignment], flush=True)
+    text = render(results, args.students, args.rounds, time.perf_counter() - start,
+                  (first, load_average()[0]))
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

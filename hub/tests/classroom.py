@@ -64,6 +64,13 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
 
 
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "gone"
+
+
 def memory_of(marker: str, user: str) -> dict[str, float]:
     """MB of a student's server and kernels together: RSS (counts libtorch's shared pages once per
     student), PSS (shared pages split between the processes that map them) and anonymous memory
@@ -147,9 +154,10 @@ class Hub:
         except ValueError:
             return response.code, text
 
-    def stop(self, timeout: float = 60) -> list[int]:
+    def stop(self, timeout: float = 60) -> list[str]:
         """Stop the hub (it stops the proxy, its services and the servers it spawned), then end
-        any process of this run still alive, by process id. Returns the ids that had to be killed."""
+        any process of this run still alive, by process id. Returns those that had to be killed
+        (id and command line)."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -157,11 +165,12 @@ class Hub:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        deadline = time.monotonic() + 10
+        # A loaded machine takes a while to end every kernel of a class; wait before calling one stray.
+        deadline = time.monotonic() + 60
         while marked_processes(self.marker) and time.monotonic() < deadline:
             time.sleep(0.5)
-        stray = marked_processes(self.marker)
-        for pid in stray:
+        stray = [f"{pid} ({_command(pid)})" for pid in marked_processes(self.marker)]
+        for pid in marked_processes(self.marker):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -297,10 +306,12 @@ class Student:
         if not events or events[-1].get("phase") != "finished":
             raise RuntimeError(f"{self.name}: nbgitpuller did not finish: {events[-3:]}")
 
-    async def open_kernel(self) -> Kernel:
-        _, kernel = await self.api("POST", "/api/kernels", body={"name": "python3"})
+    async def open_kernel(self, timeout: float = 180) -> Kernel:
+        _, kernel = await self.api("POST", "/api/kernels", body={"name": "python3"}, timeout=timeout)
         ws_url = self.hub.url.replace("http", "ws") + f"/user/{self.name}/api/kernels/{kernel['id']}/channels"
-        ws = await websocket_connect(HTTPRequest(ws_url, headers={"Authorization": f"token {self.token}"}))
+        # tornado's default of 20 s is too short when a class opens its kernels at once on 2 cores.
+        ws = await websocket_connect(HTTPRequest(ws_url, headers={"Authorization": f"token {self.token}"},
+                                                 connect_timeout=timeout, request_timeout=timeout))
         return Kernel(self.hub, self, kernel["id"], ws)
 
 

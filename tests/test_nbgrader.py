@@ -5,7 +5,7 @@ settings in nbgrader_config.py (target_mask worth 2 points; torch.tril forbidden
 causal_mask), `nbgrader generate_assignment` both, check the releases (no solution, no
 `solution()`, visible locked test cells) and that `nbgrader validate` lists every exercise of a
 blank copy. Then the learners' copies of 04 (hana's through nbgrader's exchange: release_assignment,
-fetch_assignment, submit and collect, as the OS user "hana"), `nbgrader autograde`, the gradebook,
+fetch_assignment, submit and collect, as learner "hana"), `nbgrader autograde`, the gradebook,
 `nbgrader generate_feedback`, release_feedback, fetch_feedback and export:
   ada   every instructor answer                                          -> 4 of 4 points
   hana  her own answers, honest                                          -> 4 of 4
@@ -23,8 +23,10 @@ commands would; this file runs in the course's .venv and only needs the nbgrader
 """
 from __future__ import annotations
 
+import csv
 import html
 import importlib.util
+import io
 import json
 import os
 import re
@@ -72,11 +74,11 @@ CHEATS = {
     "causal_mask": ("    import tfmlib as t\n    return t.causal_mask(seq_len)",
                     "calls `tfmlib.masks.causal_mask`, the reference"),
     "target_mask": ("""\
+    import tfmlib.masks
     from tfmlib.exercises import solution
-    from tfmlib.masks import causal_mask, padding_mask
-    namespace = {"padding_mask": padding_mask, "causal_mask": causal_mask}
+    namespace = dict(vars(tfmlib.masks))   # the reference's module: its helpers, torch
     exec(solution("target_mask").source, namespace)
-    return namespace["target_mask"](token_ids, pad_id)""", "copy of `tfmlib.masks.target_mask`"),
+    return namespace["target_mask"](token_ids, pad_id)""", "calls `solution()`"),
 }
 BUILT_INS = {
     "padding_mask": ("    ...  # your code here\nfrom tfmlib import padding_mask as my_padding_mask",
@@ -97,7 +99,7 @@ COMMANDS: list[str] = []                          # every nbgrader command these
 def teacher_env(home: Path, user: str = "teacher") -> dict:
     """The environment of the nbgrader commands: the teachers' venv first on PATH (nbgrader runs
     `alembic` from there), every Jupyter folder and the progress file inside the test's folder,
-    and the OS user name, which is how nbgrader's exchange knows a learner."""
+    and USER/LOGNAME set to the person, as a login would."""
     env = dict(os.environ, PATH=f"{TEACHER_BIN}:{os.environ['PATH']}", HOME=str(home),
                JUPYTER_CONFIG_DIR=str(home / "jupyter-config"), JUPYTER_DATA_DIR=str(home / "jupyter-data"),
                IPYTHONDIR=str(home / "ipython"), MPLCONFIGDIR=str(home / "matplotlib"),
@@ -275,13 +277,16 @@ def submit(course: Path, student: str, assignment: str, answers: dict[str, str],
 
 
 def submit_through_the_exchange(course: Path, student: str, assignment: str, answers: dict[str, str]) -> None:
-    """fetch_assignment, answer, submit, as the learner's OS user; the teacher then collects."""
+    """fetch_assignment, answer, submit, as the learner; the teacher then collects."""
     home = course.parent / student
     home.mkdir(exist_ok=True)
     nbgrader(course, "fetch_assignment", assignment, "--course=transformer-shape-first", user=student, cwd=home)
     path = home / assignment / f"{assignment}.ipynb"
     nbformat.write(learners_copy(nbformat.read(path, as_version=4), answers), path)
-    nbgrader(course, "submit", assignment, "--course=transformer-shape-first", user=student, cwd=home)
+    # --student: this test runs every learner under one account (the exchange knows a learner by the
+    # account's name, whatever USER says), so each says who it is, as the guide describes
+    nbgrader(course, "submit", assignment, "--course=transformer-shape-first", f"--student={student}",
+             user=student, cwd=home)
 
 
 def reference_answers(course: Path, assignment: str) -> dict[str, str]:
@@ -312,8 +317,8 @@ def gradebook(course) -> dict:
     nbgrader(course, "autograde", GRADED, f"--Execute.timeout={CELL_TIMEOUT}", checksum_warnings=1)  # bob's
     nbgrader(course, "generate_feedback", GRADED)
     nbgrader(course, "release_feedback", GRADED, "--student=hana")  # the one who used the exchange
-    nbgrader(course, "fetch_feedback", GRADED, "--course=transformer-shape-first", user="hana",
-             cwd=course.parent / "hana")
+    nbgrader(course, "fetch_feedback", GRADED, "--course=transformer-shape-first", "--student=hana",
+             user="hana", cwd=course.parent / "hana")
     nbgrader(course, "export")
     script = """
 import json
@@ -386,8 +391,10 @@ def test_every_nbgrader_command_of_the_teachers_guide_is_run_here(gradebook):
 def test_the_learner_fetches_the_feedback_and_the_teacher_exports_the_grades(course, gradebook):
     fetched = list((course.parent / "hana" / GRADED / "feedback").glob(f"*/{GRADED}.html"))
     assert len(fetched) == 1 and "[PASS] target_mask" in html.unescape(fetched[0].read_text())
-    rows = (course / "grades.csv").read_text().splitlines()
-    assert len(rows) == 1 + 6   # a header, then one row per learner of the graded assignment
+    rows = list(csv.DictReader(io.StringIO((course / "grades.csv").read_text())))
+    # one row per learner per assignment in the gradebook; of the graded one, each learner's score
+    graded = {row["student_id"]: float(row["score"]) for row in rows if row["assignment"] == GRADED}
+    assert graded == {student: float(sum(points.values())) for student, points in gradebook.items()}
 def pins(path: Path) -> dict[str, str]:
     lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
     return dict(line.split("==") for line in lines if "==" in line)

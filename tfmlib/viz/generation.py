@@ -122,8 +122,8 @@ class _FilterPanels:
                 ax.set_ylabel("probability")
             self.titles.append(style.title(ax, self.TITLES[i]))
         axes[-1].set_xticks(positions, labels=[shown_token(t) for t in labels])
-        axes[-1].set_xlabel("next token (grey: the distribution before this stage; at T = 1 "
-                            "above the first)")
+        axes[-1].set_xlabel("next token (grey: the distribution each stage started from; "
+                            "in the top panel, at T = 1)")
         for ax in axes[:-1]:
             ax.tick_params(labelbottom=False)
 

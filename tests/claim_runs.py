@@ -20,8 +20,8 @@ import sys
 import torch
 
 from tfmlib import (LMConfig, build_char_vocab, claims, decode, decode_chars, encode_chars,
-                    experiments, generate, lm_forward, lm_step, make_corpus, next_token_probs, train,
-                    train_lm)
+                    experiments, generate, greedy_next_token, lm_forward, lm_step, make_corpus,
+                    next_token_probs, top_k_filter, top_p_filter, train, train_lm)
 from tfmlib.language_model import (ADJECTIVES, DETERMINERS, NOUNS, VERBS, baseline_loss,
                                    bigram_log_probs, grammar_words)
 from tfmlib.training import (VOCAB, ModelConfig, digits_to_ids, exact_match_by_length, greedy_decode,
@@ -100,6 +100,17 @@ def language_model(seed: int) -> dict[str, bool]:
             grammar_words()) for name, options in settings.items()}
         found |= claims.sampling(non_words)
 
+        row = last_row("the small b")                                   # b2, section 6's figure
+        word_letters = {noun[1] for noun in NOUNS["singular"] + NOUNS["plural"] if noun.startswith("b")}
+        fits = torch.tensor([vocab[c] for c in sorted(word_letters)])
+        tail = {t: 1 - next_token_probs(row, t)[fits].sum().item() for t in (1.0, 2.0)}
+        after_k = top_k_filter(row / 2.0, 3)
+        after_p = top_p_filter(after_k, 0.6)
+        found |= claims.filter_tail({chars[i] for i in (after_p > -math.inf).nonzero().flatten()},
+                                    tail, any(chars[i] not in word_letters
+                                              for i in (after_k > -math.inf).nonzero().flatten()),
+                                    word_letters)
+
         batch = prompt.expand(3, -1)
         same_tokens = [torch.equal(*[generate(params, batch, config, 22, temperature=1.5, top_p=0.95,
                                               use_cache=use_cache, generator=torch.Generator().manual_seed(s))
@@ -112,6 +123,12 @@ def language_model(seed: int) -> dict[str, bool]:
 
         greedy = generate(params, prompt, config, max_new_tokens=22, greedy=True)
         cold = generate(params, prompt, config, 22, temperature=0.01, generator=torch.Generator().manual_seed(0))
+        long = generate(params, prompt, config, 70, greedy=True)        # b2, past the context
+        by_hand = prompt
+        for _ in range(70):
+            next_id = greedy_next_token(lm_forward(params, by_hand[:, -config.max_len:], config)[:, -1])
+            by_hand = torch.cat([by_hand, next_id[:, None]], dim=1)
+        found |= claims.sliding_window(torch.equal(long, by_hand), long.size(1), config.max_len)
         found |= claims.cold_sampling(torch.equal(cold, greedy), next_token_probs(last, 0.01).max().item())
     return found
 

@@ -303,3 +303,63 @@ def test_generation_is_repeatable_with_a_seeded_generator_and_greedy_is_determin
     # greedy is the limit of a temperature going to 0
     assert torch.equal(greedy, generate(params, prompt, config, 12, temperature=1e-4,
                                         generator=torch.Generator().manual_seed(9)))
+
+
+# ---- past the context: the sliding window ---------------------------------------------------------
+
+def generate_by_hand(params, prompt, config, max_new_tokens, greedy, generator=None, **options):
+    """The window written out: every step runs lm_forward on the last max_len tokens only."""
+    ids = prompt
+    for _ in range(max_new_tokens):
+        last = lm_forward(params, ids[:, -config.max_len:], config)[:, -1]     # (B, V)
+        new = greedy_next_token(last) if greedy else sample_next_token(last, generator=generator, **options)
+        ids = torch.cat([ids, new[:, None]], dim=1)
+    return ids
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_past_max_len_reads_only_the_last_max_len_tokens(config, use_cache):
+    """Three times the context: each step is scored from the last max_len tokens, as if the
+    text had been cropped to them (float64, so that the cached and the full passes pick alike)."""
+    params = lm(config, 3, torch.float64)
+    prompt = torch.randint(0, config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(4))
+    n = 3 * config.max_len
+    greedy = generate(params, prompt, config, n, greedy=True, use_cache=use_cache)
+    assert greedy.shape == (2, 5 + n) and torch.equal(greedy[:, :5], prompt)
+    assert torch.equal(greedy, generate_by_hand(params, prompt, config, n, greedy=True))
+    options = dict(temperature=1.5, top_k=4, top_p=0.9)
+    sampled = generate(params, prompt, config, n, generator=torch.Generator().manual_seed(7),
+                       use_cache=use_cache, **options)
+    by_hand = generate_by_hand(params, prompt, config, n, greedy=False,
+                               generator=torch.Generator().manual_seed(7), **options)
+    assert torch.equal(sampled, by_hand)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_prompt_longer_than_max_len_is_continued_from_its_last_max_len_tokens(use_cache):
+    """Cropping the prompt by hand to its last max_len tokens gives the same new tokens."""
+    config = CONFIGS[1]                                          # max_len 16
+    params = lm(config, 6, torch.float64)
+    prompt = torch.randint(0, config.vocab_size, (3, 40), generator=torch.Generator().manual_seed(8))
+    long = generate(params, prompt, config, 20, greedy=True, use_cache=use_cache)
+    cropped = generate(params, prompt[:, -16:], config, 20, greedy=True, use_cache=use_cache)
+    assert long.shape == (3, 60) and torch.equal(long[:, :40], prompt)
+    assert torch.equal(long[:, 40:], cropped[:, 16:])
+
+
+def test_the_window_is_what_the_model_reads_a_token_outside_it_changes_nothing():
+    """A hand-made case: two prompts that differ only before the last max_len tokens continue
+    alike, and differ inside the window continue (here) differently."""
+    config = CONFIGS[0]                                          # max_len 24
+    params = lm(config, 1, torch.float64)
+    base = torch.randint(0, config.vocab_size, (1, 30), generator=torch.Generator().manual_seed(2))
+    outside, inside = base.clone(), base.clone()
+    outside[0, 5] = (base[0, 5] + 1) % config.vocab_size        # position 5 < 30 - 24: outside
+    inside[0, 29] = (base[0, 29] + 1) % config.vocab_size        # the last token: inside
+    runs = {name: generate(params, ids, config, 10, greedy=True)[:, 30:]
+            for name, ids in (("base", base), ("outside", outside), ("inside", inside))}
+    assert torch.equal(runs["base"], runs["outside"])
+    logits = {name: lm_forward(params, ids[:, -24:], config)[0, -1] for name, ids in
+              (("base", base), ("inside", inside))}
+    assert not torch.allclose(logits["base"], logits["inside"])

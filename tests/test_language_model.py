@@ -17,7 +17,8 @@ from tfmlib import (LMConfig, baseline_loss, bigram_log_probs, build_char_vocab,
                     decode_chars, decoder_block, encode_chars, init_lm_params, lm_attention_weights,
                     lm_eval_loss, lm_forward, lm_loss, make_corpus, params_from_torch, perplexity,
                     random_windows, train_lm, unigram_log_probs)
-from tfmlib.language_model import ADJECTIVES, DETERMINERS, NOUNS, VERBS
+from tfmlib import language_model
+from tfmlib.language_model import ADJECTIVES, DETERMINERS, NOUNS, VERBS, grammar_words
 
 TIGHT = dict(rtol=1e-9, atol=1e-10)
 D_MODEL, HEADS, D_FF = 12, 3, 20
@@ -256,10 +257,26 @@ def test_the_corpus_is_the_same_for_a_seed_and_its_verbs_agree_with_their_subjec
     for sentence in sentences:
         words = sentence.rstrip(".").split()
         verb = next(i for i, w in enumerate(words) if w in verbs)
-        assert words[0] in DETERMINERS[nouns[words[verb - 1]]]
+        assert words[0] in DETERMINERS[nouns[words[verb - 1]]] + ("an",)
         assert verbs[words[verb]] == nouns[words[verb - 1]], sentence
         assert all(w in ADJECTIVES for w in words[1:verb - 1])
     assert re.fullmatch(r"[a-z .]+", text)
+
+
+def test_the_corpus_writes_an_before_a_vowel_and_a_before_a_consonant(monkeypatch):
+    """"an old cat", never "a old cat"; "a small cat", never "an small cat". The article is
+    spelling, not a choice: the same random choices as without the rule, the same sentences."""
+    text = make_corpus(3000, seed=0)                             # b1's corpus
+    words = text.replace(".", "").split()
+    pairs = list(zip(words, words[1:]))
+    assert not [pair for pair in pairs if pair[0] == "a" and pair[1][0] in "aeiou"]
+    assert not [pair for pair in pairs if pair[0] == "an" and pair[1][0] not in "aeiou"]
+    assert ("an", "old") in pairs and ("a", "small") in pairs
+    assert "an" in grammar_words()
+    monkeypatch.setattr(language_model, "ARTICLE_BEFORE_VOWEL", {})
+    without_the_rule = make_corpus(3000, seed=0)                # what the corpus was before the fix
+    assert "a old" in without_the_rule
+    assert re.sub(r"\ban\b", "a", text) == without_the_rule     # only the article changed
 
 
 def test_char_vocab_and_round_trip():

@@ -42,9 +42,27 @@ def test_the_bars_show_each_stage_of_the_filters(explorer):
     # the grey bars behind a filter show the distribution it started from
     np.testing.assert_allclose(explorer.panels.ghosts[0].heights(), before, atol=1e-6)
     np.testing.assert_allclose(explorer.panels.ghosts[1].heights(), after_k, atol=1e-6)
+    # and behind the first panel, the distribution at T = 1, before the temperature
+    np.testing.assert_allclose(explorer.panels.untempered.heights(),
+                               torch.softmax(explorer.logits, dim=-1).numpy(), atol=1e-6)
     drawn = {LABELS.index(t) if t != "\u2423" else 0
              for t in explorer.samples.value.split("<code>")[1].split("</code>")[0].split(" ")}
     assert drawn <= set(np.flatnonzero(after_p))       # only kept tokens are ever drawn
+
+
+def test_the_titles_count_the_tokens_the_filters_kept_even_where_their_probability_rounds_to_0():
+    """At T = 0.1 the gap of 12 between the first logit and the others becomes 120: exp(-120)
+    is 0 in float32, so `probability > 0` would count 1 token where top-k kept 3."""
+    logits = torch.tensor([12.0, 0.5, 0.3] + [-1.0 - 0.1 * i for i in range(len(LABELS) - 3)])
+    explorer = gen_viz.FilterExplorer(logits, LABELS, temperature=0.1, k=3, p=1.0)
+    after_k = explorer.panels.bars[1].heights()
+    assert (after_k > 0).sum() == 1                              # what the old titles counted
+    assert explorer.panels.titles[1].get_text() == f"after top-k, k = 3: 3 of {len(LABELS)} tokens kept"
+    kept = gen_viz.filter_kept(logits, 0.1, 3, 1.0)
+    assert [int(mask.sum()) for mask in kept] == [len(LABELS), 3, 1]
+    assert explorer.panels.titles[2].get_text() == "after top-p, p = 1.00: 1 of 3 tokens kept"
+    explorer.update(temperature=1.0, k=5)                        # nothing rounds to 0 at T = 1
+    assert explorer.panels.titles[1].get_text() == f"after top-k, k = 5: 5 of {len(LABELS)} tokens kept"
 
 
 @pytest.mark.parametrize("change", [dict(temperature=2.0), dict(k=3), dict(p=0.3)])
@@ -69,9 +87,25 @@ def test_the_widget_redraws_fast_and_its_frames_pass_the_lint(explorer):
 def test_static_figures_pass_the_lint():
     logits = torch.randn(len(LABELS), generator=torch.Generator().manual_seed(1))
     assert lint_figure(gen_viz.plot_filters(logits, LABELS, 0.8, 5, 0.9)) == []
+    assert lint_figure(gen_viz.plot_filters(logits, LABELS, 2.0, 3, 0.6, log=True)) == []
     lengths = [8, 16, 32]
     fig = gen_viz.plot_time_per_token(lengths, [1e-3, 1.1e-3, 1.2e-3], [1e-3, 2e-3, 5e-3])
     assert lint_figure(fig) == []
+    matplotlib.pyplot.close("all")
+
+
+def test_a_log_scale_shows_the_tail_and_draws_no_bar_below_its_floor():
+    """The tail of small probabilities: on a log axis a bar of 0.001 is drawn up to 0.001 from
+    the floor; a token a filter dropped (probability 0) stays at the floor, not drawn."""
+    logits = torch.tensor([5.0, 4.0] + [-2.0 - 0.2 * i for i in range(len(LABELS) - 2)])
+    fig = gen_viz.plot_filters(logits, LABELS, 2.0, 3, 0.7, log=True)   # the first holds 0.61
+    axes = fig.axes
+    assert [ax.get_yscale() for ax in axes] == ["log"] * 3
+    before = torch.softmax(logits / 2.0, dim=-1).numpy()
+    tops = [path.vertices[2, 1] for path in axes[0].collections[1].get_paths()]
+    np.testing.assert_allclose(tops, np.maximum(before, gen_viz.LOG_FLOOR), rtol=1e-6)
+    after_p = [path.vertices[2, 1] for path in axes[2].collections[1].get_paths()]
+    assert sum(h > gen_viz.LOG_FLOOR for h in after_p) == 2          # top-p kept the two likely ones
     matplotlib.pyplot.close("all")
 
 

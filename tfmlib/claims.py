@@ -239,6 +239,27 @@ def kv_cache(same_tokens: list[bool], restart_error: float) -> dict[str, bool]:
     }
 
 
+def sliding_window(same_as_cropped: bool, length: int, max_len: int) -> dict[str, bool]:
+    """Section 7, past the context: whether `generate` wrote the same `length` tokens as a loop
+    that runs lm_forward on the last `max_len` tokens at every step."""
+    return {f"past {max_len} characters, generate writes what a step-by-step loop writes from the "
+            f"last {max_len} characters only ({length} characters in all)":
+                same_as_cropped and length > max_len}
+
+
+def filter_tail(kept_words: set[str], tail: dict[float, float], misfit_after_top_k: bool,
+                word_letters: set[str]) -> dict[str, bool]:
+    """Section 6: one row where few characters make a word. `tail` {T: the probability of the
+    characters that make no word}; `kept_words` what top-k 3 then top-p 0.6 keep at T = 2;
+    `misfit_after_top_k` whether top-k 3 keeps a character that makes no word."""
+    return {
+        "at T = 1 the characters that make no word hold less than 0.05; at T = 2 more than twice "
+        "as much": tail[1.0] < 0.05 and tail[2.0] > 2 * tail[1.0],
+        "at T = 2, top-k 3 keeps a character that makes no word": misfit_after_top_k,
+        "top-p 0.6 then keeps only characters that make a word": kept_words <= word_letters,
+    }
+
+
 def cold_sampling(same_as_greedy: bool, top_probability: float) -> dict[str, bool]:
     """Question 3: sampling at T = 0.01 against greedy decoding."""
     return {"T = 0.01 writes the greedy text": same_as_greedy,

@@ -160,17 +160,26 @@ def generate(params: dict, prompt: torch.Tensor, config: LMConfig, max_new_token
     Each step scores the next token from the last row of logits and picks it greedily or with
     sample_next_token (temperature, top_k, top_p, generator). With use_cache, the prompt goes
     through lm_step once and every later step feeds only the one new token; without, every
-    step runs lm_forward on the whole sequence so far. Both give the same tokens. The whole
-    text must fit the model's context: L_prompt + max_new_tokens - 1 <= config.max_len.
+    step runs lm_forward on the whole sequence so far. Both give the same tokens.
+
+    A sliding window: the model reads at most config.max_len tokens, so each step scores the
+    next token from the last max_len tokens of the text only (the context), however long the
+    prompt and the text grow. Past max_len the window moves by one token per step, and every
+    token in it moves to the position before: the cached keys and values, computed at the old
+    positions, no longer hold, so the step runs the model on the whole window again (the cache
+    saves work only while the text fits the context).
     """
     _check_generate_inputs(params, prompt, config, max_new_tokens, greedy, temperature, top_k,
                            top_p, generator)
-    ids, new, caches = prompt, prompt, None
+    window = config.max_len
+    ids, new, caches = prompt, prompt[:, -window:], None
     for _ in range(max_new_tokens):
+        if use_cache and caches is not None and caches[0]["key"].size(2) + new.size(1) > window:
+            new, caches = ids[:, -window:], None     # the window slid: start the cache again
         if use_cache:
             logits, caches = lm_step(params, new, config, caches)                  # (B, Ln, V)
         else:
-            logits = lm_forward(params, ids, config)                                # (B, L, V)
+            logits = lm_forward(params, ids[:, -window:], config)                   # (B, <= max_len, V)
         last = logits[:, -1]                                                        # (B, V)
         new = (greedy_next_token(last) if greedy else
                sample_next_token(last, temperature, top_k, top_p, generator))[:, None]  # (B, 1)
@@ -297,12 +306,22 @@ def _check_generate_inputs(params, prompt, config, max_new_tokens, greedy, tempe
     if prompt.size(1) == 0:
         raise ValueError(f"prompt: expected at least one token to continue, got shape "
                          f"{shape_str(prompt)}")
-    require_positive_int("max_new_tokens", max_new_tokens)
-    if prompt.size(1) + max_new_tokens - 1 > config.max_len:
+    if prompt.min() < 0 or prompt.max() >= config.vocab_size:
+        raise ValueError(f"prompt: expected ids in [0, {config.vocab_size}) (config.vocab_size), "
+                         f"got min {int(prompt.min())}, max {int(prompt.max())}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise TypeError(f"max_new_tokens: expected an int >= 1, the number of tokens to add, "
+                        f"got {max_new_tokens!r}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected an int >= 1, the number of tokens to add, "
+                         f"got {max_new_tokens}")
+    positions = require_ndim("params['position_embedding']", params["position_embedding"], 2,
+                             "(max_len, D)")
+    if positions.size(0) < config.max_len:  # the window reads config.max_len positions
         raise ValueError(
-            f"max_new_tokens: a prompt of {prompt.size(1)} tokens and {max_new_tokens} new ones "
-            f"do not fit the context, config.max_len = {config.max_len}: the model reads at most "
-            f"{config.max_len} tokens, so ask for at most {config.max_len - prompt.size(1) + 1}")
+            f"config: max_len = {config.max_len} is longer than the model's position table "
+            f"params['position_embedding'] {shape_str(positions)}: pass the config the model was "
+            f"built with, whose max_len is the context the window slides over")
     if not greedy:
         _check_temperature(temperature)
         if top_k is not None:

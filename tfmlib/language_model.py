@@ -44,17 +44,27 @@ VERBS = {"singular": ("sees", "likes", "chases", "finds"),
 ADJECTIVES = ("small", "big", "red", "old")
 
 
+# English spelling, not a choice of the grammar: "a" becomes "an" before a vowel ("an old cat").
+# The next word decides it, so it adds no randomness: the grammar's entropy stays the same.
+ARTICLE_BEFORE_VOWEL = {"a": "an"}
+VOWELS = "aeiou"
+
+
 def grammar_words() -> set[str]:
     """Every word the grammar of `make_corpus` can write."""
     groups = (DETERMINERS, NOUNS, VERBS)
-    return {word for group in groups for forms in group.values() for word in forms} | set(ADJECTIVES)
+    return ({word for group in groups for forms in group.values() for word in forms}
+            | set(ADJECTIVES) | set(ARTICLE_BEFORE_VOWEL.values()))
 
 
 def _noun_phrase(rng: random.Random, number: str) -> str:
     words = [rng.choice(DETERMINERS[number])]
     if rng.random() < 0.5:
         words.append(rng.choice(ADJECTIVES))
-    return " ".join(words + [rng.choice(NOUNS[number])])
+    words.append(rng.choice(NOUNS[number]))
+    if words[0] in ARTICLE_BEFORE_VOWEL and words[1][0] in VOWELS:   # "a old cat" -> "an old cat"
+        words[0] = ARTICLE_BEFORE_VOWEL[words[0]]
+    return " ".join(words)
 
 
 def make_sentence(rng: random.Random) -> str:

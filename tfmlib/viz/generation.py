@@ -27,15 +27,28 @@ def shown_token(token: str) -> str:
     return "\u2423" if token == " " else token
 
 
+def _filtered_logits(logits: torch.Tensor, temperature: float, k: int, p: float):
+    """(V,) logits -> the logits (V,) after the temperature, after top-k and after top-p."""
+    scaled = logits / temperature                                   # (V,)
+    after_k = top_k_filter(scaled, k)                               # (V,), -inf where dropped
+    return [scaled, after_k, top_p_filter(after_k, p)]
+
+
 def filter_stages(logits: torch.Tensor, temperature: float, k: int, p: float):
     """(V,) logits -> the probabilities (V,) after the temperature, after top-k and after top-p.
 
     Each stage renormalises what is left: softmax of the filtered logits.
     """
-    scaled = logits / temperature                                   # (V,)
-    after_k = top_k_filter(scaled, k)                               # (V,), -inf where dropped
-    after_p = top_p_filter(after_k, p)
-    return [next_token_probs(stage) for stage in (scaled, after_k, after_p)]
+    return [next_token_probs(stage) for stage in _filtered_logits(logits, temperature, k, p)]
+
+
+def filter_kept(logits: torch.Tensor, temperature: float, k: int, p: float):
+    """(V,) logits -> bool masks (V,) of the tokens each stage keeps (a finite logit).
+
+    Count kept tokens with these, not with `probability > 0`: at a low temperature a kept
+    token's probability can round to 0 (exp(-120) is 0 in float32), yet a filter kept it.
+    """
+    return [stage > float("-inf") for stage in _filtered_logits(logits, temperature, k, p)]
 
 
 def draw_samples(probs: torch.Tensor, count: int = SAMPLES, seed: int = 0) -> list[int]:
@@ -45,11 +58,14 @@ def draw_samples(probs: torch.Tensor, count: int = SAMPLES, seed: int = 0) -> li
 
 
 class _Bars:
-    """V bars as one PolyCollection: one artist to redraw instead of V rectangles."""
+    """V bars as one PolyCollection: one artist to redraw instead of V rectangles.
 
-    def __init__(self, ax, count: int, width: float, colour: str):
+    `bottom`: where the bars start (0 on a linear axis; the axis' floor on a log axis, where 0
+    cannot be drawn; a bar below the floor is not drawn)."""
+
+    def __init__(self, ax, count: int, width: float, colour: str, bottom: float = 0.0):
         self.left = np.arange(count) - width / 2
-        self.width = width
+        self.width, self.bottom = width, bottom
         self.collection = PolyCollection(self._verts(np.zeros(count)), facecolors=colour,
                                          edgecolors="none")
         ax.add_collection(self.collection)
@@ -57,8 +73,8 @@ class _Bars:
     def _verts(self, heights) -> np.ndarray:
         """(V, 4, 2): the corners of each bar, counter-clockwise from the bottom left."""
         left, right = self.left, self.left + self.width
-        zero = np.zeros_like(left)
-        heights = np.asarray(heights, dtype=float)
+        zero = np.full_like(left, self.bottom)
+        heights = np.maximum(np.asarray(heights, dtype=float), self.bottom)
         return np.stack([np.stack([left, zero], -1), np.stack([right, zero], -1),
                          np.stack([right, heights], -1), np.stack([left, heights], -1)], axis=1)
 
@@ -69,48 +85,74 @@ class _Bars:
         return np.array([path.vertices[2, 1] for path in self.collection.get_paths()])
 
 
+LOG_FLOOR = 1e-4   # the bottom of a log-scale probability axis: smaller bars are not drawn
+
+
 class _FilterPanels:
-    """Three bar charts sharing the token axis; every bar and title moves, nothing else."""
+    """Three bar charts sharing the token axis; every bar and title moves, nothing else.
+
+    Grey, behind each panel's bars: the distribution that stage started from (at T = 1 in the
+    first panel, so the temperature's effect shows too). `log`: probabilities on a log scale
+    from LOG_FLOOR to 1, where the tail of small probabilities can be seen."""
 
     TITLES = ("softmax(logits / T): before the filters", "after top-k", "after top-p")
 
-    def __init__(self, fig, axes, labels):
+    def __init__(self, fig, axes, labels, log: bool = False):
         positions = np.arange(len(labels))
+        bottom = LOG_FLOOR if log else 0.0
         self.axes, self.titles, self.ghosts, self.bars = axes, [], [], []
+        self.untempered = None    # the first panel's grey bars: softmax(logits), T = 1
         for i, ax in enumerate(axes):
+            ghost = _Bars(ax, len(labels), 0.8, GHOST, bottom)
             if i:  # the distribution each filter started from, in grey behind it
-                self.ghosts.append(_Bars(ax, len(labels), 0.8, GHOST))
-            self.bars.append(_Bars(ax, len(labels), 0.55, style.PALETTE[i]))
-            ax.set_ylim(0, 1.05)
+                self.ghosts.append(ghost)
+            else:
+                self.untempered = ghost
+            self.bars.append(_Bars(ax, len(labels), 0.55, style.PALETTE[i], bottom))
             ax.set_xlim(-0.6, len(labels) - 0.4)
-            ax.set_ylabel("probability")
-            ax.set_yticks([0, 0.5, 1])
+            if log:
+                ax.set_yscale("log")
+                ax.set_ylim(LOG_FLOOR, 1.5)
+                ax.set_yticks([1e-4, 1e-2, 1], labels=["0.0001", "0.01", "1"])
+                ax.minorticks_off()
+                ax.set_ylabel("probability (log)")
+            else:
+                ax.set_ylim(0, 1.05)
+                ax.set_yticks([0, 0.5, 1])
+                ax.set_ylabel("probability")
             self.titles.append(style.title(ax, self.TITLES[i]))
         axes[-1].set_xticks(positions, labels=[shown_token(t) for t in labels])
-        axes[-1].set_xlabel("next token (grey: the distribution before this filter)")
+        axes[-1].set_xlabel("next token (grey: the distribution each stage started from; "
+                            "in the top panel, at T = 1)")
         for ax in axes[:-1]:
             ax.tick_params(labelbottom=False)
 
     @property
     def moving(self) -> list:
-        return [bars.collection for bars in self.ghosts + self.bars] + self.titles
+        return ([bars.collection for bars in [self.untempered] + self.ghosts + self.bars]
+                + self.titles)
 
-    def draw(self, stages, temperature: float, k: int, p: float) -> None:
+    def draw(self, stages, kept_masks, temperature: float, k: int, p: float,
+             untempered: torch.Tensor) -> None:
+        """`stages`: filter_stages' probabilities; `kept_masks`: filter_kept's masks, which
+        the titles count (a kept token's probability may round to 0); `untempered`: the
+        probabilities at T = 1, grey behind the first panel."""
         heights = [stage.numpy() for stage in stages]
         for bars, values in zip(self.bars, heights):
             bars.set_heights(values)
         for ghosts, values in zip(self.ghosts, heights):  # each filter's input: the stage before
             ghosts.set_heights(values)
-        kept = [int((stage > 0).sum()) for stage in stages]
+        self.untempered.set_heights(untempered.numpy())
+        kept = [int(mask.sum()) for mask in kept_masks]
         vocab = len(stages[0])
         self.titles[0].set_text(f"softmax(logits / T), T = {temperature:.2f}: before the filters")
         self.titles[1].set_text(f"after top-k, k = {k}: {kept[1]} of {vocab} tokens kept")
         self.titles[2].set_text(f"after top-p, p = {p:.2f}: {kept[2]} of {kept[1]} tokens kept")
 
 
-def _new_panels(labels, pyplot: bool):
+def _new_panels(labels, pyplot: bool, log: bool = False):
     fig, axes = style.new_figure(5.4, style.COLUMN_IN, 3, 1, sharex=True, pyplot=pyplot)
-    return fig, _FilterPanels(fig, axes, labels)
+    return fig, _FilterPanels(fig, axes, labels, log)
 
 
 def samples_html(ids: list[int], labels) -> str:
@@ -120,12 +162,13 @@ def samples_html(ids: list[int], labels) -> str:
 
 
 def plot_filters(logits: torch.Tensor, labels, temperature: float = 1.0, k: int | None = None,
-                 p: float = 1.0):
+                 p: float = 1.0, log: bool = False):
     """Static figure: the distribution of `logits` (V,) before the filters, after top-k and after
-    top-p (k None: the whole vocabulary)."""
+    top-p (k None: the whole vocabulary); `log`: probabilities on a log scale, to show the tail."""
     k = len(labels) if k is None else k
-    fig, panels = _new_panels(labels, pyplot=True)
-    panels.draw(filter_stages(logits, temperature, k, p), temperature, k, p)
+    fig, panels = _new_panels(labels, pyplot=True, log=log)
+    panels.draw(filter_stages(logits, temperature, k, p), filter_kept(logits, temperature, k, p),
+                temperature, k, p, next_token_probs(logits))
     return fig
 
 
@@ -143,6 +186,7 @@ class FilterExplorer(Explorer):
         import ipywidgets as widgets
 
         self.logits, self.labels, self.seed = logits.detach(), list(labels), seed
+        self.untempered = next_token_probs(self.logits)         # (V,) at T = 1, grey in panel 1
         vocab = len(self.labels)
         self.temperature = widgets.FloatLogSlider(value=temperature, base=10, min=-1, max=0.5,
                                                   step=0.05, description="T",
@@ -162,8 +206,9 @@ class FilterExplorer(Explorer):
         """Redraw for the given values (None keeps the control's current value)."""
         start = time.perf_counter()
         self._set_controls((self.temperature, temperature), (self.k, k), (self.p, p))
-        stages = filter_stages(self.logits, self.temperature.value, self.k.value, self.p.value)
-        self.panels.draw(stages, self.temperature.value, self.k.value, self.p.value)
+        values = (self.temperature.value, self.k.value, self.p.value)
+        stages = filter_stages(self.logits, *values)
+        self.panels.draw(stages, filter_kept(self.logits, *values), *values, self.untempered)
         self.samples.value = samples_html(draw_samples(stages[-1], seed=self.seed), self.labels)
         self._show(start, background="always")
 

@@ -330,7 +330,7 @@ def layer_norm_float64_inside(x, gamma, beta, eps=1e-5):
 
 
 def layer_norm_torch_in_float64(x, gamma, beta, eps=1e-5):
-    return F.layer_norm(x.double(), x.shape[-1:], gamma.double(), beta.double(), eps).float()
+    return F.layer_norm(x.double(), x.shape[-1:], gamma.double(), beta.double(), eps).to(x.dtype)
 
 
 def layer_norm_einsum(x, gamma, beta, eps=1e-5):
@@ -349,11 +349,11 @@ def layer_norm_non_contiguous(x, gamma, beta, eps=1e-5):
 def ffn_float64_inside(x, params):
     p = {k: v.double() for k, v in params.items()}
     hidden = torch.relu(x.double() @ p["w_1"].T + p["b_1"])
-    return (hidden @ p["w_2"].T + p["b_2"]).float()
+    return (hidden @ p["w_2"].T + p["b_2"]).to(x.dtype)
 
 
 def ffn_token_by_token(x, params):
-    out = torch.empty(x.shape[:-1] + (params["w_2"].shape[0],))
+    out = torch.empty(x.shape[:-1] + (params["w_2"].shape[0],), dtype=x.dtype)
     for b in range(x.shape[0]):
         for t in range(x.shape[1]):
             hidden = torch.where(params["w_1"] @ x[b, t] + params["b_1"] > 0,

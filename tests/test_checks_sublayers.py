@@ -330,7 +330,9 @@ def layer_norm_float64_inside(x, gamma, beta, eps=1e-5):
 
 
 def layer_norm_torch_in_float64(x, gamma, beta, eps=1e-5):
-    return F.layer_norm(x.double(), x.shape[-1:], gamma.double(), beta.double(), eps).to(x.dtype)
+    wide = x.double()  # (F.layer_norm itself is PyTorch's own version: not the learner's answer)
+    variance, mean = torch.var_mean(wide, dim=-1, keepdim=True, unbiased=False)
+    return ((wide - mean) / torch.sqrt(variance + eps) * gamma.double() + beta.double()).to(x.dtype)
 
 
 def layer_norm_einsum(x, gamma, beta, eps=1e-5):
@@ -342,7 +344,8 @@ def layer_norm_einsum(x, gamma, beta, eps=1e-5):
 
 
 def layer_norm_non_contiguous(x, gamma, beta, eps=1e-5):
-    out = F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+    mean = x.mean(-1, keepdim=True)
+    out = (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + eps) * gamma + beta
     return out.mT.contiguous().mT if out.dim() >= 2 else out
 
 

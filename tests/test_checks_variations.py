@@ -370,8 +370,9 @@ def test_axes_are_cut_to_one_and_tiled_past_the_notebook_in_every_argument_that_
     toy = _toy(Contract(axes={"B": {"x": (0,), "y": (0,)}, "L": {"x": (1,), "y": (1,)}}, wide=()),
                add, Case("base", case))
     shapes = {c.label: [tuple(a.shape) for a in c.args] for c in variations(toy, toy.make_cases())}
-    assert shapes["a batch of one, L = 1"] == [(1, 1), (1, 1)]  # all axes cut at once
-    assert shapes[f"L = {LONG + 3}, past the notebook's sizes"] == [(3, LONG + 3), (3, 1)]  # y's 1 stays
+    assert shapes["L = 1"] == [(3, 1), (3, 1)]      # y's broadcast axis is left alone
+    # a batch of one with the other axes long, in one case; y's broadcast axis stays 1
+    assert shapes[f"a batch of one, L = {LONG + 3}, past the notebook's sizes"] == [(1, LONG + 3), (1, 1)]
     toy = _toy(Contract(axes={"D": {"x": (1,)}}, wide=("D",)), add, Case("base", case))
     assert any(c.args[0].shape[1] >= WIDE for c in variations(toy, toy.make_cases()))
 

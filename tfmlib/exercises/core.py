@@ -336,12 +336,13 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     if contract.float64 and any(t.is_floating_point() for t in _tensors_in((case.args, case.kwargs))):
         derived.append(dataclasses.replace(_to_float64(case), label="float64 inputs: the output follows"))
     derived += _called_again(case, names)
-    # Every axis cut to 1 in one case (a batch of one asking one query: greedy decoding's first
-    # step), every axis but the batch tiled long in another; one case per axis where the
-    # reference rejects them together. Each case costs the learner's wait.
-    for axes, size in (([a for a in contract.axes if a not in contract.never_one], lambda a: 1),
-                       ([a for a in contract.axes if a != "B"],
-                        lambda a: WIDE if a in contract.wide else LONG)):
+    # Every axis but the batch cut to 1 in one case (one query), a batch of one with every
+    # other axis tiled long in another; one case per axis where the reference rejects them
+    # together. Each case costs the learner's wait; the batch is never cut with the others, as
+    # a tensor of one element answers `and`, `if` and .item() where a learner's slip must not.
+    for axes, size in (([a for a in contract.axes if a not in contract.never_one and a != "B"], lambda a: 1),
+                       (["B"] * ("B" in contract.axes) + [a for a in contract.axes if a != "B"],
+                        lambda a: 1 if a == "B" else WIDE if a in contract.wide else LONG)):
         apart = [c for c in (_resized(case, names, a, contract.axes[a], size(a)) for a in axes) if c]
         together = _all_resized(case, names, contract, axes, size) if len(apart) > 1 else None
         derived += [together] if together is not None and _reference_accepts(exercise, together) else apart
@@ -432,7 +433,7 @@ def _all_resized(case: Case, names: list[str], contract: Contract, axes: list[st
         resized = _resized(case, names, axis, contract.axes[axis], size(axis))
         if resized is not None:
             case, labels = resized, labels + [resized.label.removesuffix(_PAST)]
-    return dataclasses.replace(case, label=", ".join(labels) + (_PAST if size(axes[-1]) > 1 else ""))
+    return dataclasses.replace(case, label=", ".join(labels) + (_PAST if any(size(a) > 1 for a in axes) else ""))
 
 
 def _defaults_left_out(exercise: Exercise, case: Case, names: list[str]) -> list[Case]:

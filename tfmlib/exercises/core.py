@@ -1111,25 +1111,15 @@ class Solution:
 
 def solution(name: str) -> Solution:
     """Reveal the reference solution of an exercise: the source of tfmlib's own function(s),
-    without their argument checks (tfmlib's private helpers), after the imports it needs:
+    after the imports it needs (its one `_check_...` line included, imported from tfmlib):
     pasted into the exercise's cell, it runs as shown."""
     exercise = REGISTRY.get(name)
     if exercise is None:
         raise ValueError(f"name: no exercise called {name!r}; known: {', '.join(sorted(REGISTRY))}")
     reference = exercise.reference if isinstance(exercise.reference, tuple) else (exercise.reference,)
     functions = exercise.solution_sources or reference
-    sources = [_without_argument_checks(textwrap.dedent(inspect.getsource(f))) for f in functions]
+    sources = [textwrap.dedent(inspect.getsource(f)) for f in functions]
     return Solution(name, _imports_needed(functions, sources) + "\n\n\n" + "\n\n".join(sources))
-
-
-def _without_argument_checks(source: str) -> str:
-    """`source` without its `_check_..._inputs(...)` statements, comments kept."""
-    lines = source.splitlines()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
-                and isinstance(node.value.func, ast.Name) and node.value.func.id.startswith("_check_"):
-            lines[node.lineno - 1: node.end_lineno] = [None] * (node.end_lineno - node.lineno + 1)
-    return "\n".join(line for line in lines if line is not None) + "\n"
 
 
 def _imports_needed(functions, sources) -> str:

@@ -123,13 +123,6 @@ def _forbidden(name: str, teachers: str) -> _Forbidden:
         table.module_globals[id(function.__code__)] = function.__globals__
         table.fingerprints[fingerprint(function.__code__)] = label
     _add(table, solution, "solution", "solution")
-    # What solution() shows is the reference without its argument checks: a copy of that text is
-    # a copy of the reference too. Its functions are the code constants of the compiled text.
-    labels = {inspect.unwrap(r).__name__: f"{inspect.unwrap(r).__module__}.{inspect.unwrap(r).__qualname__}"
-              for r in references}
-    for code in compile(solution(name).source, "<solution>", "exec").co_consts:
-        if isinstance(code, types.CodeType) and code.co_name in labels:
-            table.fingerprints.setdefault(fingerprint(code), labels[code.co_name])
     for dotted in FORBIDDEN.get(name, ()) + tuple(teachers_calls(teachers).get(name, ())):
         try:
             _add(table, resolve(dotted), dotted, "built-in")

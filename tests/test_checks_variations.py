@@ -261,7 +261,7 @@ WRONG = [
     ("decode", decode_stopping_at_pad, "<pad>"),
     ("decode", decode_dropping_every_bracketed_word, "dict order"),
     ("label_smoothed_cross_entropy", label_smoothing_zero_when_all_ignored, "`labels` ="),
-    ("linear", linear_with_view, "transposed views"),
+    ("linear", linear_with_view, "stored transposed"),
 ]
 
 

@@ -220,10 +220,8 @@ def test_sgd_correct_answers_pass():
             if p.grad is not None:
                 p.data = (p.data.double() - lr * p.grad.double()).to(p.dtype)
 
-    def sgd_torch(params, lr):
-        torch.optim.SGD(params, lr=lr).step()
-
-    for answer in (sgd_copy, sgd_float64, sgd_torch):
+    # (torch.optim.SGD is right too, but it is PyTorch's own version: provenance fails it)
+    for answer in (sgd_copy, sgd_float64):
         _passes("sgd_step", answer)
 
 

@@ -79,11 +79,13 @@ def attention_non_contiguous(query, key, value, mask=None):
 
 
 def attention_manual_softmax(query, key, value, mask=None):
-    """exp / sum by hand, with the row maximum subtracted; a row with no key divides 0 by 1."""
+    """exp / sum by hand, with the row maximum subtracted; a row with no key divides 0 by 1.
+    Masked scores become -inf before exp: exp of a masked score far above the row's maximum
+    would overflow, and torch.where's gradient through that inf is NaN (scores of 100 show it)."""
     scores = torch.einsum("...qd,...kd->...qk", query, key) * query.size(-1) ** -0.5
     allowed = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask.expand_as(scores)
     top = scores.masked_fill(~allowed, float("-inf")).amax(dim=-1, keepdim=True)
-    exp = torch.where(allowed, torch.exp(scores - top.nan_to_num(0.0, neginf=0.0)), 0.0)
+    exp = torch.exp((scores - top.nan_to_num(0.0, neginf=0.0)).masked_fill(~allowed, float("-inf")))
     weights = exp / exp.sum(dim=-1, keepdim=True).clamp_min(1e-30)
     return torch.einsum("...qk,...kv->...qv", weights, value), weights
 

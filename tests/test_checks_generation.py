@@ -19,11 +19,11 @@ NAMES = ["next_token_probs", "top_k_filter", "top_p_filter", "cached_self_attent
 
 # ---- correct answers, written differently ------------------------------------------------------
 
-def probs_by_log_softmax(logits, temperature):
+def probs_by_log_softmax(logits, temperature=1.0):
     return (logits / temperature).log_softmax(dim=-1).exp()
 
 
-def probs_stable_by_hand(logits, temperature):
+def probs_stable_by_hand(logits, temperature=1.0):
     scaled = logits / temperature
     shifted = torch.exp(scaled - scaled.amax(dim=-1, keepdim=True))
     return shifted / shifted.sum(dim=-1, keepdim=True)

@@ -55,7 +55,7 @@ def with_a_loop(logits, labels, smoothing, ignore_index=-100):
         log_p = row - torch.logsumexp(row, dim=0)
         total = total - (1 - smoothing) * log_p[label] - smoothing * log_p.mean()
         count += 1
-    return total / count
+    return total / count if count else logits.new_tensor(float("nan"))  # nothing kept: nan, as torch
 
 
 def with_where(logits, labels, smoothing, ignore_index=-100):

@@ -70,7 +70,7 @@ def clip_torch(parameters, max_norm):
 
 
 def clip_flat(parameters, max_norm):
-    """All gradients as one flat vector; new gradient tensors rather than in-place scaling."""
+    """All gradients as one flat vector; the factor a 0-dim tensor chosen by torch.where."""
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
     with_grad = [p for p in parameters if p.grad is not None]
@@ -79,8 +79,32 @@ def clip_flat(parameters, max_norm):
     norm = torch.cat([p.grad.flatten() for p in with_grad]).norm()
     factor = torch.where(norm > max_norm, max_norm / (norm + 1e-6), torch.ones_like(norm))
     for p in with_grad:
-        p.grad = p.grad * factor
+        p.grad.mul_(factor)
     return norm
+
+
+def w_clip_new_grads(parameters, max_norm):
+    """p.grad = p.grad * factor: the gradient tensors a caller (or an optimizer) holds stay unscaled."""
+    with_grad = [parameters] if isinstance(parameters, torch.Tensor) else [p for p in parameters]
+    with_grad = [p for p in with_grad if p.grad is not None]
+    if not with_grad:
+        return torch.tensor(0.0)
+    norm = torch.cat([p.grad.flatten() for p in with_grad]).norm()
+    for p in with_grad:
+        p.grad = p.grad * min(1.0, max_norm / (float(norm) + 1e-6))
+    return norm
+
+
+def clip_norm_in_float64(parameters, max_norm):
+    """The norm summed in float64 and returned so: more precise than the gradients' float32."""
+    params = [parameters] if torch.is_tensor(parameters) else list(parameters)
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros((), dtype=torch.float64)
+    total = sum(g.double().square().sum() for g in grads).sqrt()
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (float(total) + 1e-6)))
+    return total
 
 
 def clip_loop(parameters, max_norm):
@@ -129,7 +153,7 @@ def cosine_squared_sine(step, peak_lr, warmup_steps, total_steps, final_fraction
 
 CORRECT = {
     "adamw_step": [adamw_written_out, adamw_decay_beside_the_update, adamw_then_library_adam],
-    "clip_grad_norm": [clip_torch, clip_flat, clip_loop],
+    "clip_grad_norm": [clip_flat, clip_loop, clip_norm_in_float64],  # clip_torch: PyTorch's own, failed as such
     "warmup_inverse_sqrt_lr": [inverse_sqrt_math, inverse_sqrt_branches],
     "warmup_cosine_lr": [cosine_branches, cosine_squared_sine],
 }
@@ -270,6 +294,7 @@ WRONG = [
     ("clip_grad_norm", w_clip_scales_up, "clips even when the norm is below max_norm (scales up)"),
     ("clip_grad_norm", w_clip_norm_after, "returns the norm after clipping"),
     ("clip_grad_norm", w_clip_sum_of_norms, "sum of norms instead of the global L2 norm"),
+    ("clip_grad_norm", w_clip_new_grads, "p.grad replaced by a new tensor instead of scaled in place"),
     ("warmup_inverse_sqrt_lr", w_inverse_sqrt_no_guard, "step 0 divides by zero"),
     ("warmup_inverse_sqrt_lr", w_inverse_sqrt_from_zero,
      "warm-up off by one (steps counted from 0, or the peak at warmup + 1)"),

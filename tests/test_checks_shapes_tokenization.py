@@ -156,7 +156,7 @@ def test_the_message_is_shown_when_the_clash_message_is_the_only_problem_left():
 
 
 @pytest.mark.parametrize("fn", [bs_names_sizes_and_axis, bs_names_sizes_as_a_list,
-                                bs_from_the_right_with_shapes_and_sizes, bs_numpy, bs_recursive])
+                                bs_from_the_right_with_shapes_and_sizes, bs_recursive])  # bs_numpy: NumPy's own
 def test_messages_that_name_both_sizes_pass_whatever_else_they_say(fn):
     assert_passes("broadcast_shape", fn)
 

@@ -330,7 +330,9 @@ def layer_norm_float64_inside(x, gamma, beta, eps=1e-5):
 
 
 def layer_norm_torch_in_float64(x, gamma, beta, eps=1e-5):
-    return F.layer_norm(x.double(), x.shape[-1:], gamma.double(), beta.double(), eps).float()
+    wide = x.double()  # (F.layer_norm itself is PyTorch's own version: not the learner's answer)
+    variance, mean = torch.var_mean(wide, dim=-1, keepdim=True, unbiased=False)
+    return ((wide - mean) / torch.sqrt(variance + eps) * gamma.double() + beta.double()).to(x.dtype)
 
 
 def layer_norm_einsum(x, gamma, beta, eps=1e-5):
@@ -342,18 +344,19 @@ def layer_norm_einsum(x, gamma, beta, eps=1e-5):
 
 
 def layer_norm_non_contiguous(x, gamma, beta, eps=1e-5):
-    out = F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+    mean = x.mean(-1, keepdim=True)
+    out = (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + eps) * gamma + beta
     return out.mT.contiguous().mT if out.dim() >= 2 else out
 
 
 def ffn_float64_inside(x, params):
     p = {k: v.double() for k, v in params.items()}
     hidden = torch.relu(x.double() @ p["w_1"].T + p["b_1"])
-    return (hidden @ p["w_2"].T + p["b_2"]).float()
+    return (hidden @ p["w_2"].T + p["b_2"]).to(x.dtype)
 
 
 def ffn_token_by_token(x, params):
-    out = torch.empty(x.shape[:-1] + (params["w_2"].shape[0],))
+    out = torch.empty(x.shape[:-1] + (params["w_2"].shape[0],), dtype=x.dtype)
     for b in range(x.shape[0]):
         for t in range(x.shape[1]):
             hidden = torch.where(params["w_1"] @ x[b, t] + params["b_1"] > 0,

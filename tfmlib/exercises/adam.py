@@ -4,7 +4,7 @@ How each check calls the learner's functions:
     adam:      check("adam", (my_adam_init, my_adam_step))
                state = my_adam_init(parameters)
                then, once per step, after the check has set every p.grad:
-               my_adam_step(parameters, state, lr, betas)   (eps left at its default, 1e-8)
+               my_adam_step(parameters, state, lr, betas[, eps=...])   (eps given on some cases)
                If my_adam_step returns something other than None, that is taken as the new
                state (a functional style, `state = step(...)`, passes as well).
     sgd_step:  my_sgd_step(parameters, lr)
@@ -12,7 +12,8 @@ How each check calls the learner's functions:
                my_adamw_step(parameters, state, lr, betas, weight_decay=...)
     clip_grad_norm: total_norm = my_clip_grad_norm(parameters, max_norm), once, after the
                check has set every p.grad; judged: the returned norm (a 0-dim tensor), every
-               p.grad afterwards (scaled in place or replaced, either passes) and the parameters
+               p.grad afterwards (scaled in place: a new tensor put in p.grad leaves the one
+               held unscaled) and the parameters
     warmup_inverse_sqrt_lr, warmup_cosine_lr: called once per step of a list of steps;
                judged: the float returned for each step (and the exception, if one is due)
 
@@ -37,25 +38,7 @@ import torch
 
 from ..adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
                     warmup_inverse_sqrt_lr)
-from .core import Case, Exercise, Mistake, register
-
-try:  # the engine's own test for "the body is only ... / pass / raise NotImplementedError"
-    from .core import _body_is_stub
-except ImportError:  # pragma: no cover - the engine renamed it; then no per-function stub test
-    def _body_is_stub(fn) -> bool:
-        return False
-
-_STUB_BY_CODE: dict = {}  # reading a function's source is slow: once per code object
-
-
-def _is_stub_function(fn) -> bool:
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return _body_is_stub(fn)
-    if code not in _STUB_BY_CODE:
-        _STUB_BY_CODE[code] = _body_is_stub(fn)
-    return _STUB_BY_CODE[code]
-
+from .core import Case, Exercise, Mistake, body_is_stub, register
 
 # ---- the problems the optimizer is run on -----------------------------------------------------
 
@@ -82,7 +65,7 @@ class _Problem:
     grads: list = field(default_factory=list)   # per step, one tensor or None per parameter
     loss: _Quadratic | None = None              # or: gradients from loss(params).backward()
     weight_decay: float | None = None           # AdamW's only
-    eps: float | None = None                    # AdamW's only; None: left at its default
+    eps: float | None = None                    # None: left at its default
     decay_given: bool = True                    # False: weight_decay left at its default
 
     def __deepcopy__(self, memo):
@@ -139,7 +122,21 @@ def _problems() -> list[_Problem]:
 
 
 def _cases() -> list[Case]:
-    return [Case(problem.description, (problem,)) for problem in _problems()]
+    """The problems above, and three that only Adam's own check has: eps given, zero
+    gradients after non-zero ones, and a call where no parameter has a gradient."""
+    g = torch.Generator().manual_seed(91)
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
+    tiny = lambda *shape: 1e-3 * (0.5 + torch.rand(*shape, generator=g)) * torch.sign(r(*shape))  # noqa: E731
+    problems = _problems() + [
+        _Problem("eps given (1e-3), gradients near 1e-3: the eps passed in, not 1e-8", [r(3)], lr=0.1,
+                 steps=2, eps=1e-3, grads=[[tiny(3)] for _ in range(2)]),
+        _Problem("zero gradients after non-zero ones: m and v still decay, the parameter still moves",
+                 [r(3), r(2)], lr=0.1, steps=3,
+                 grads=[[r(3), r(2)], [torch.zeros(3), r(2)], [torch.zeros(3), r(2)]]),
+        _Problem("a step where no parameter has a gradient: t counts that call too", [r(3)], lr=0.1,
+                 steps=3, grads=[[r(3)], [None], [r(3)]]),
+    ]
+    return [Case(problem.description, (problem,)) for problem in problems]
 
 
 def _random_problems(seed: int, betas: bool = True) -> list[_Problem]:
@@ -199,6 +196,7 @@ class GradIsNoneError(Exception):
 
 class GradientChangedError(Exception):
     """The optimizer changed a parameter's .grad: the caller's gradients are not its scratch space."""
+    found_by_the_checker = True  # the check says this message, not "your function raised ..."
 
 
 def _trajectory(problem: _Problem, init, step) -> list[list[torch.Tensor]]:
@@ -265,8 +263,8 @@ def _run_optimizer(problem: _Problem, init, step):
         missing = problem.sometimes_without_gradient()
         if not missing or isinstance(error, (_InPlaceOnLeaf, GradientChangedError)):
             raise
-        try:
-            _trajectory(problem.without(missing), init, step)
+        try:  # with no parameter left, the missing gradients alone made it crash
+            _trajectory(problem.without(missing), init, step) if len(missing) < len(problem.params) else None
         except Exception:
             raise error from None
         raise GradIsNoneError(f"{type(error).__name__}: {error}").with_traceback(error.__traceback__) \
@@ -282,7 +280,7 @@ def _pair(functions):
             and all(callable(f) for f in functions)):
         raise TypeError("hand in both functions as a pair: check('adam', (my_adam_init, my_adam_step))")
     for function, name in zip(functions, ("adam_init", "adam_step")):
-        if _is_stub_function(function):
+        if body_is_stub(function):
             raise NotImplementedError(f"your {name} is still a stub")
     return functions
 
@@ -296,8 +294,8 @@ def _adam_run(functions, case: Case):
             raise TypeError("your adam_init returned None: is `return state` missing?")
         return state
 
-    return _run_optimizer(case.args[0], checked_init,
-                          lambda params, state, problem: step(params, state, problem.lr, problem.betas))
+    return _run_optimizer(case.args[0], checked_init, lambda params, state, problem: step(
+        params, state, problem.lr, problem.betas, **({} if problem.eps is None else {"eps": problem.eps})))
 
 
 def _sgd_run(fn, case: Case):
@@ -570,13 +568,13 @@ def _adamw_variant(*, decay="decoupled", decay_all=False, **adam_mistake):
     def step(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         params = list(parameters)
         decayed = [p for p in params if decay_all or p.grad is not None]
-        if decay == "l2":  # weight_decay * p added to the gradient that Adam reads
+        if decay in ("l2", "l2 left in p.grad"):  # weight_decay * p added to the gradient Adam reads
             grads = [p.grad for p in params]
             for p in decayed:
                 p.grad = (p.grad if p.grad is not None else torch.zeros_like(p)) + weight_decay * p.detach()
             adam(params, state, lr, betas, eps)
             for p, grad in zip(params, grads):
-                p.grad = grad
+                p.grad = grad if decay == "l2" else p.grad  # 09 section 8's way leaves it there
             return
         factor = {"decoupled": 1 - lr * weight_decay, "after": 1 - lr * weight_decay,
                   "without lr": 1 - weight_decay, "added": 1 + lr * weight_decay, None: 1.0}[decay]
@@ -618,7 +616,7 @@ register(Exercise(
         Mistake("weight decay added to the gradient (Adam + L2, not AdamW)",
                 "g + weight_decay * p goes through m and v, so the decay is divided by sqrt(v_hat) "
                 "like the gradient: decouple it, multiply p by (1 - lr * weight_decay), then take the Adam step",
-                _adamw_variant(decay="l2")),
+                _adamw_variant(decay="l2"), also=(_adamw_variant(decay="l2 left in p.grad"),)),
         Mistake("weight decay inside the Adam fraction, divided by sqrt(v_hat)",
                 "(m_hat + weight_decay * p) / (sqrt(v_hat) + eps) scales the decay by each weight's "
                 "gradient size; AdamW subtracts lr * weight_decay * p on its own",
@@ -699,8 +697,12 @@ def _clip_run(fn, case: Case):
     params = [p.clone().requires_grad_() for p in problem.params]
     for p, grad in zip(params, problem.grads):
         p.grad = None if grad is None else grad.clone()
+    held = [p.grad for p in params]  # what an optimizer holding the gradients would see
     total_norm = fn(params[0] if problem.as_one_tensor else params, problem.max_norm)
-    grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    if isinstance(total_norm, torch.Tensor) and total_norm.is_floating_point():
+        total_norm = total_norm.detach().double()  # a norm in float64 (more precise) passes too
+    grads = [None if p.grad is None else p.grad.detach().clone() if p.grad is grad
+             else "a new tensor: the p.grad held before was left unscaled" for p, grad in zip(params, held)]
     return total_norm, grads, [p.detach().clone() for p in params]
 
 
@@ -744,6 +746,8 @@ def _clip_cases() -> list[Case]:
                    max_norm=4.0),
         _Gradients("norm 0.4 above max_norm 0.25 (its square, 0.16, is below): clipped",
                    [torch.randn(2, 2, generator=g)], with_norm(0.4, (2, 2)), max_norm=0.25),
+        _Gradients("tiny gradients (norm 1e-8, below the 1e-6 added to it): left as they are",
+                   [torch.randn(3, generator=g)], with_norm(1e-8, (3,)), max_norm=1.0),
         _Gradients("every gradient zero: the norm is 0, nothing to scale (and nothing to divide by)",
                    [torch.randn(3, generator=g), torch.randn(2, generator=g)],
                    [torch.zeros(3), torch.zeros(2)], max_norm=1.0),
@@ -768,6 +772,8 @@ def _clip_random_cases(seed: int) -> list[Case]:
         grads = [None if integer(0, 3) == 0 else 10 ** (6 * float(torch.rand((), generator=g)) - 3)
                  * torch.randn(p.shape, generator=g, dtype=dtype) for p in params]
         max_norm = 0.0 if index == 6 else round(10 * float(torch.rand((), generator=g)), 3)
+        if index == 7:  # a total norm below the 1e-6 added to it: `norm - 1e-6` would flip signs
+            grads = [None if grad is None else grad * 1e-9 for grad in grads]
         problem = _Gradients(f"random problem {index + 1}: {len(params)} {dtype} parameters", params,
                              grads, max_norm, as_one_tensor=len(params) == 1 and index % 3 == 0)
         cases.append(Case(problem.description, (problem,)))
@@ -798,6 +804,17 @@ def _clip_variant(*, norm="global", clamp=True, returns="before", skip_none=True
     return clip
 
 
+def _clip_replacing_grads(parameters, max_norm):
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    with_grad = [p for p in params if p.grad is not None]
+    if not with_grad:
+        return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in with_grad]))
+    for p in with_grad:
+        p.grad = p.grad * torch.clamp(max_norm / (total + 1e-6), max=1.0)  # a new tensor
+    return total
+
+
 register(Exercise(
     name="clip_grad_norm",
     reference=clip_grad_norm,
@@ -814,6 +831,10 @@ register(Exercise(
         Mistake("clips even when the norm is below max_norm (scales up)",
                 "clip only shrinks: scale = min(1, max_norm / (norm + 1e-6)) (torch.clamp(..., max=1.0))",
                 _clip_variant(clamp=False)),
+        Mistake("p.grad replaced by a new tensor instead of scaled in place",
+                "scale each gradient in place, p.grad.mul_(scale) (as torch's clip_grad_norm_ does): "
+                "code that holds the gradient tensors, an optimizer's or yours, sees the new values",
+                _clip_replacing_grads),
         Mistake("returns the norm after clipping",
                 "return the norm measured before scaling: it is what you log to see gradient spikes",
                 _clip_variant(returns="after")),

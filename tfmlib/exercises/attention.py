@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 
 
 def _cases() -> list[Case]:
@@ -149,12 +149,21 @@ def _d_k_from_keys_length(query, key, value, mask=None):
     return _scaled(lambda d_k: 1 / math.sqrt(key.size(-2)))(query, key, value, mask)
 
 
+def _d_k_from_queries_length(query, key, value, mask=None):
+    return _scaled(lambda d_k: 1 / math.sqrt(query.size(-2)))(query, key, value, mask)
+
+
 def _d_k_from_values(query, key, value, mask=None):
     return _scaled(lambda d_k: 1 / math.sqrt(value.size(-1)))(query, key, value, mask)
 
 
 register(Exercise(
     name="scaled_dot_product_attention",
+    contract=Contract(
+        axes={"B": {"query": (0,), "key": (0,), "value": (0,), "mask": (0,)},
+              "H": {"query": (1,), "key": (1,), "value": (1,), "mask": (1,)},
+              "Lq": {"query": (-2,), "mask": (-2,)}, "Lk": {"key": (-2,), "value": (-2,), "mask": (-1,)}},
+        drop=("H",), scales={"query": (100.0,)}, base=3),
     reference=scaled_dot_product_attention,
     make_cases=_cases,
     random_cases=_random_cases,
@@ -206,7 +215,7 @@ register(Exercise(
                 _mask_inverted(True), also=(_mask_inverted(False),)),
         Mistake("d_k read from the wrong axis",
                 "d_k is the size of the last axis of query (or key): query.size(-1)",
-                _d_k_from_keys_length),
+                _d_k_from_keys_length, also=(_d_k_from_queries_length,)),
         Mistake("scores scaled by sqrt(d_v) instead of sqrt(d_k)",
                 "the paper has d_k = d_v = 64, so the two agree there; the scale belongs to the dot "
                 "products' width, query.size(-1), not value.size(-1)",

@@ -7,7 +7,7 @@ import torch
 
 from .. import embeddings as emb
 from ..embeddings import add_positional_encoding, apply_rope, embed, sinusoidal_positional_encoding
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 
 
 # ---- embed ------------------------------------------------------------------------------------
@@ -64,6 +64,8 @@ def _table_scaled_in_place(token_ids, table, scale=True):
 
 register(Exercise(
     name="embed",
+    contract=Contract(axes={"B": {"token_ids": (0,)}, "L": {"token_ids": (1,)},
+                              "D": {"table": (1,)}}, wide=("D",)),
     reference=embed,
     make_cases=_embed_cases,
     random_cases=_embed_random_cases,
@@ -146,6 +148,8 @@ _TENSOR2TENSOR = _pe(exponent=lambda i, d: i / max(d // 2 - 1, 1), halves=True)
 
 register(Exercise(
     name="sinusoidal_positional_encoding",
+    contract=Contract(axes={"L": {"max_len": ()}, "D": {"d_model": ()}},
+                                                       wide=("D",), float64=False),
     reference=sinusoidal_positional_encoding,
     make_cases=_pe_cases,
     random_cases=_pe_random_cases,
@@ -236,6 +240,8 @@ def _added_in_place(x, pe):
 
 register(Exercise(
     name="add_positional_encoding",
+    contract=Contract(axes={"B": {"x": (0,)}, "L": {"x": (1,), "pe": (0,)},
+                                                "D": {"x": (-1,), "pe": (-1,)}}, wide=("D",), base=2),
     reference=add_positional_encoding,
     make_cases=_add_cases,
     random_cases=_add_random_cases,
@@ -345,6 +351,8 @@ def _written_into_x(*, views):
 
 register(Exercise(
     name="apply_rope",
+    contract=Contract(axes={"B": {"x": (0,)}, "L": {"x": (-2,), "positions": (0,)},
+                                   "D": {"x": (-1,)}}, wide=("D",), base=3),
     reference=apply_rope,
     make_cases=_rope_cases,
     random_cases=_rope_random_cases,

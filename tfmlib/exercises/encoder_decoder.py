@@ -22,7 +22,7 @@ import torch
 from ..encoder_decoder import decoder_layer, encoder, encoder_layer
 from ..multihead import multi_head_attention
 from ..sublayers import feed_forward, layer_norm
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 from .multihead import causal, padding, random_mha_params
 from .sublayers import random_ffn_params, random_norm_params
 
@@ -174,6 +174,8 @@ def _encoder_layer_in_place(x, params, num_heads, mask=None):
 
 register(Exercise(
     name="encoder_layer",
+    contract=Contract(axes={"B": {"x": (0,), "mask": (0,)},
+                                               "L": {"x": (1,), "mask": (-1,)}}),
     reference=encoder_layer,
     make_cases=_encoder_layer_cases,
     random_cases=lambda seed: _random_encoder_cases(seed, stack=False),
@@ -283,6 +285,7 @@ def _encoder_in_place(x, layers, num_heads, mask=None):
 
 register(Exercise(
     name="encoder",
+    contract=Contract(axes={"B": {"x": (0,), "mask": (0,)}, "L": {"x": (1,), "mask": (-1,)}}),
     reference=encoder,
     make_cases=_encoder_cases,
     random_cases=lambda seed: _random_encoder_cases(seed, stack=True),
@@ -388,6 +391,10 @@ def _decoder_layer_in_place(x, memory, params, num_heads, self_mask=None, memory
 
 register(Exercise(
     name="decoder_layer",
+    contract=Contract(
+        axes={"B": {"x": (0,), "memory": (0,), "self_mask": (0,), "memory_mask": (0,)},
+              "Lt": {"x": (1,), "self_mask": (-2, -1), "memory_mask": (-2,)},
+              "Ls": {"memory": (1,), "memory_mask": (-1,)}}),
     reference=decoder_layer,
     make_cases=_decoder_layer_cases,
     random_cases=_random_decoder_layer_cases,

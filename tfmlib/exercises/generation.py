@@ -27,7 +27,7 @@ from ..masks import causal_mask
 from ..multihead import linear, merge_heads, split_heads
 from ..sublayers import feed_forward, layer_norm
 from ..training import parameters
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 from .multihead import random_mha_params
 
 INF = float("inf")
@@ -103,6 +103,8 @@ def _exp_over_sum(logits, temperature):
 
 register(Exercise(
     name="next_token_probs",
+    contract=Contract(axes={"B": {"logits": (0,)}, "V": {"logits": (-1,)}},
+                                         scales={"logits": (100.0,)}),
     reference=next_token_probs,
     make_cases=_temperature_cases,
     random_cases=_temperature_random_cases,
@@ -199,6 +201,8 @@ def _kth_of_whole_tensor(logits, k):
 
 register(Exercise(
     name="top_k_filter",
+    contract=Contract(axes={"B": {"logits": (0,)}, "V": {"logits": (-1,)}},
+                                     scales={"logits": (1000.0,)}),
     reference=top_k_filter,
     make_cases=_top_k_cases,
     random_cases=_top_k_random_cases,
@@ -309,6 +313,8 @@ def _hugging_face_top_p(logits, p):
 
 register(Exercise(
     name="top_p_filter",
+    contract=Contract(axes={"B": {"logits": (0,)}, "V": {"logits": (-1,)}},
+                                     scales={"logits": (1000.0,)}),
     reference=top_p_filter,
     make_cases=_top_p_cases,
     random_cases=_top_p_random_cases,
@@ -419,6 +425,7 @@ def _cached_attention_variant(axis=2, new_first=False, mask="last rows", keep_ca
 
 register(Exercise(
     name="cached_self_attention",
+    contract=Contract(axes={"B": {"x": (0,), "cache": (0,)}, "L": {"x": (1,)}}, base=2),
     reference=cached_self_attention,
     make_cases=_attention_cases,
     random_cases=_attention_random_cases,
@@ -527,6 +534,7 @@ def _lm_step_variant(positions="continue", cache_of="own", scale=True, final_nor
 
 register(Exercise(
     name="lm_step",
+    contract=Contract(axes={"B": {"ids": (0,)}}),
     reference=lm_step,
     make_cases=_lm_step_cases,
     random_cases=_lm_step_random_cases,

@@ -26,7 +26,7 @@ from ..language_model import LMConfig, decoder_block, lm_forward, lm_loss
 from ..masks import causal_mask
 from ..multihead import linear, multi_head_attention
 from ..sublayers import feed_forward, layer_norm
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 from .encoder_decoder import _double
 from .multihead import causal, padding, random_mha_params
 from .sublayers import random_ffn_params, random_norm_params
@@ -132,6 +132,8 @@ def _block_variant(mask_rule="reference", norms=("norm1", "norm2"), post_ln=Fals
 
 register(Exercise(
     name="decoder_block",
+    contract=Contract(axes={"B": {"x": (0,), "mask": (0,)},
+                                               "L": {"x": (1,), "mask": (-2, -1)}}, base=1),
     reference=decoder_block,
     make_cases=_decoder_block_cases,
     random_cases=_random_decoder_block_cases,
@@ -239,6 +241,7 @@ def _forward_variant(positions="before the blocks", scale=True, final_norm=True,
 
 register(Exercise(
     name="lm_forward",
+    contract=Contract(axes={"B": {"ids": (0,)}, "L": {"ids": (1,)}}),
     reference=lm_forward,
     make_cases=_lm_forward_cases,
     random_cases=_random_lm_forward_cases,
@@ -308,6 +311,7 @@ def _loss_variant(inputs="ids[:, :-1]", targets="ids[:, 1:]", loss="cross_entrop
 
 register(Exercise(
     name="lm_loss",
+    contract=Contract(axes={"B": {"ids": (0,)}}),
     reference=lm_loss,
     make_cases=_lm_loss_cases,
     random_cases=lambda seed: _random_lm_forward_cases(seed, extra=1),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..masks import causal_mask, padding_mask, target_mask
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 
 
 def _ids(lengths, max_len, pad_id, generator):
@@ -80,6 +80,7 @@ def _hugging_face_attention_mask(token_ids, pad_id):
 
 register(Exercise(
     name="padding_mask",
+    contract=Contract(axes={"B": {"token_ids": (0,)}, "L": {"token_ids": (1,)}}),
     reference=padding_mask,
     make_cases=lambda: _batch_cases(41),
     random_cases=_batch_random_cases,
@@ -141,6 +142,7 @@ def _additive_mask(seq_len):    # nn.Transformer.generate_square_subsequent_mask
 
 register(Exercise(
     name="causal_mask",
+    contract=Contract(axes={"L": {"seq_len": ()}}),
     reference=causal_mask,
     make_cases=_causal_cases,
     random_cases=_causal_random_cases,
@@ -195,6 +197,7 @@ def _causal_from(keep):
 
 register(Exercise(
     name="target_mask",
+    contract=Contract(axes={"B": {"token_ids": (0,)}, "L": {"token_ids": (1,)}}),
     reference=target_mask,
     make_cases=lambda: _batch_cases(43),
     random_cases=_batch_random_cases,

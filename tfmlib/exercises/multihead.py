@@ -14,8 +14,8 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import linear, merge_heads, multi_head_attention, split_heads
-from .attention import _nan_on_fully_masked
-from .core import Case, Exercise, Mistake, register
+from .attention import _large_negative_fill, _nan_on_fully_masked
+from .core import Case, Contract, Exercise, Mistake, register
 
 
 # ---- telling one RuntimeError from another ---------------------------------------------------
@@ -116,6 +116,8 @@ def _linear_no_bias(x, weight, bias=None):
 
 register(Exercise(
     name="linear",
+    contract=Contract(axes={"B": {"x": (0,)}, "in": {"x": (-1,), "weight": (1,)},
+                               "out": {"weight": (0,), "bias": (0,)}}, wide=("in", "out")),
     reference=linear,
     make_cases=_linear_cases,
     random_cases=_linear_random_cases,
@@ -179,6 +181,8 @@ def _split_strided(x, num_heads):
 
 register(Exercise(
     name="split_heads",
+    contract=Contract(axes={"B": {"x": (0,)}, "L": {"x": (1,)}, "D": {"x": (2,)}},
+                                    wide=("D",), values={"num_heads": (1,)}),
     reference=split_heads,
     make_cases=_split_cases,
     random_cases=lambda seed: _heads_random_cases(seed, split=True),
@@ -230,6 +234,8 @@ def _merge_mean(x):
 
 register(Exercise(
     name="merge_heads",
+    contract=Contract(axes={"B": {"x": (0,)}, "H": {"x": (1,)}, "L": {"x": (2,)},
+                                    "d_k": {"x": (3,)}}),
     reference=merge_heads,
     make_cases=_merge_cases,
     random_cases=lambda seed: _heads_random_cases(seed, split=False),
@@ -275,7 +281,8 @@ def _mha_cases() -> list[Case]:
     q, kv = torch.randn(2, 2, 4, generator=g), torch.randn(2, 3, 4, generator=g)
     visible = torch.tensor([[[True, False, True], [False, False, False]],   # sample 0, query 1: no key
                             [[False, True, True], [True, True, False]]])[:, None]  # (B, 1, Lq, Lk)
-    cases.append(Case("d_k = 1 (4 heads of 4 features), key is value, mask (B, 1, Lq, Lk)",
+    cases.append(Case("d_k = 1 (4 heads of 4 features), key is value, mask (B, 1, Lq, Lk) in which "
+                      "sample 0's query 1 sees no key at all",
                       (q, kv, kv, random_mha_params(4, g), 4), {"mask": visible}))
     return cases
 
@@ -347,6 +354,10 @@ def _attention_scaled_by_d_model(q, k, v, mask=None):
 
 register(Exercise(
     name="multi_head_attention",
+    contract=Contract(
+        axes={"B": {"query": (0,), "key": (0,), "value": (0,), "mask": (0,)},
+              "Lq": {"query": (1,), "mask": (-2,)}, "Lk": {"key": (1,), "value": (1,), "mask": (-1,)}},
+        scales={"query": (100.0,)}, base=1),
     reference=multi_head_attention,
     make_cases=_mha_cases,
     random_cases=_mha_random_cases,
@@ -384,6 +395,11 @@ register(Exercise(
         Mistake("NaN on a fully masked row",
                 "softmax of a row of -inf is NaN; set the weights of masked keys to 0 after the softmax",
                 _mha_variant(attention=_nan_on_fully_masked)),
+        Mistake("masked scores filled with -1e9, fully masked rows not zeroed",
+                "with -1e9 a query that sees no key gets uniform weights (The Annotated Transformer's "
+                "way); fill with float('-inf'), zero masked weights after the softmax",
+                _mha_variant(attention=_large_negative_fill(lambda dtype: -1e9)),
+                also=(_mha_variant(attention=_large_negative_fill(lambda dtype: torch.finfo(dtype).min)),)),
         Mistake("scores scaled by sqrt(d_model) instead of sqrt(d_k)",
                 "each head's scores are divided by sqrt(d_k) = sqrt(d_model / num_heads)",
                 _mha_variant(attention=_attention_scaled_by_d_model)),

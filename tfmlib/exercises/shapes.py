@@ -53,8 +53,15 @@ def _clashes(a, b, label):
     return Case(label, (a, b), raises=_ClashNamed)
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    """A shape made at run time: two equal sizes above 256 are then two int objects, so that
+    comparing them with `is` (true for Python's cached small ints) gives False."""
+    return tuple(int(size) for size in text.split())
+
+
 def _cases() -> list[Case]:
     return [
+        _fits(_sizes("300 1"), _sizes("2 300 257"), "sizes past 256: equal sizes are ==, not `is`"),
         _fits((2, 3, 4), (4,), "a bias (D,) added to (B, L, D)"),
         _fits((5, 1, 3), (4, 1), "both sides stretch a size-1 axis"),
         _fits((3, 1), (1, 4), "a column times a row"),

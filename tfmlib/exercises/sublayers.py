@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..sublayers import dropout, feed_forward, layer_norm, residual_sublayer
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 from .multihead import _linear_untransposed
 
 
@@ -99,6 +99,8 @@ def _ffn_variant(project=None, activation=F.relu, relu_at_end=False, biases=True
 
 register(Exercise(
     name="feed_forward",
+    contract=Contract(axes={"B": {"x": (0,)}, "L": {"x": (1,)},
+                                     "D": {"x": (-1,), "params": (0, -1)}}, wide=("D",)),
     reference=feed_forward,
     make_cases=_ffn_cases,
     random_cases=_ffn_random_cases,
@@ -332,6 +334,7 @@ def _dropout_in_place(x, p, training=True):
 
 register(Exercise(
     name="dropout",
+    contract=Contract(values={"p": (1.0,)}),
     reference=dropout,
     make_cases=_dropout_cases,
     random_cases=_dropout_random_cases,
@@ -463,6 +466,8 @@ def _layer_norm_in_place(x, gamma, beta, eps=1e-5):
 
 register(Exercise(
     name="layer_norm",
+    contract=Contract(axes={"B": {"x": (0,)}, "D": {"x": (-1,), "gamma": (0,), "beta": (0,)}},
+                                   wide=("D",), never_one=("D",)),
     reference=layer_norm,
     make_cases=_layer_norm_cases,
     random_cases=_layer_norm_random_cases,
@@ -525,6 +530,20 @@ class _TanhFFN:
 
     def __repr__(self) -> str:
         return "sublayer (B, L, D) -> (B, L, D)"
+
+
+class _TokenMixing:
+    """A sublayer that mixes tokens, as attention does (each position gets the mean of those up
+    to it): a residual that flattens the tokens, puts L first or goes one token at a time
+    gets another answer from it."""
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if h.dim() != 3:
+            raise ValueError(f"h: expected (B, L, D), got shape {tuple(h.shape)}")
+        return h.cumsum(1) / torch.arange(1, h.size(1) + 1, dtype=h.dtype)[:, None]
+
+    def __repr__(self) -> str:
+        return "sublayer mixing tokens (B, L, D) -> (B, L, D)"
 
 
 def _residual_case(label, shape, norm_first, g, spread=1.5, offset=0.5, update=1.0,
@@ -601,6 +620,8 @@ def _residual_in_place(x, sublayer, norm, norm_first=False):
 
 register(Exercise(
     name="residual_sublayer",
+    contract=Contract(axes={"B": {"x": (0,)}, "L": {"x": (1,)}},
+                                          values={"sublayer": (_TokenMixing(),)}, base=1),
     reference=residual_sublayer,
     make_cases=_residual_cases,
     random_cases=_residual_random_cases,

@@ -21,6 +21,38 @@ _LOWERCASE_HINT = ("keep each token as it is written: some tokenizers lowercase 
 ONLY_PAD_UNK = (PAD, UNK)  # a vocabulary without <bos> and <eos>: words start at id 2
 
 
+# ---- the data every tokenization exercise is also checked on -----------------------------------
+
+# Punctuation left on the words, capitals, a <pad> in mid-sentence, words that only look like
+# special tokens (<cls>, <3, <bos>x), extra spaces, an empty string.
+TRICKY = ["Hello, world!", "the cat sat.", "the <pad> cat <unk>", "<cls> and <3 and <bos>x",
+          "The  End", ""]
+
+
+def _tricky_vocab() -> dict[str, int]:
+    """A vocabulary of TRICKY whose dict order is not its id order (as a hand-made or loaded one
+    may be): an answer that numbers tokens by their place in the dict gets other ids."""
+    return dict(reversed(build_vocab(TRICKY).items()))
+
+
+def _tricky_cases(exercise: str) -> list[Case]:
+    """The cases of TRICKY for one exercise: build_vocab, encode, decode or pad_batch."""
+    vocab = _tricky_vocab()
+    ids = [encode(sentence, vocab, add_bos=True, add_eos=True) for sentence in TRICKY]
+    if exercise == "build_vocab":
+        return [Case("punctuation, capitals, look-alike specials, an empty string", (TRICKY,))]
+    if exercise == "encode":
+        return [Case(f"{sentence!r} in a vocab whose dict order is not its id order", (sentence, vocab),
+                     {"add_bos": True, "add_eos": True}) for sentence in TRICKY]
+    if exercise == "decode":
+        mid_pad = [i for row in ids for i in row if i != vocab[EOS]]  # every word, <pad> among them
+        return [Case(f"{sentence!r} in a vocab whose dict order is not its id order", (row, vocab))
+                for sentence, row in zip(TRICKY, ids)] + [
+                Case("every sentence with <bos>, <pad> and <unk> in the middle, no <eos>", (mid_pad, vocab))]
+    return [Case("the encoded sentences (one empty but for <bos> <eos>)", (ids, vocab[PAD])),
+            Case("a pad id that is not 0", (ids, vocab["<cls>"]), {"max_len": 4})]
+
+
 # ---- random cases, for telling which wrong answers behave like the reference ----------------
 
 # Words with capitals, punctuation, an accent, and words spelled like special tokens.
@@ -147,7 +179,7 @@ def _lowercased(sentences, specials=SPECIALS):
 register(Exercise(
     name="build_vocab",
     reference=build_vocab,
-    make_cases=_vocab_cases,
+    make_cases=lambda: _vocab_cases() + _tricky_cases("build_vocab"),
     random_cases=_vocab_random_cases,
     solution_sources=(tok.tokenize, build_vocab),
     mistakes=[
@@ -241,7 +273,7 @@ def _added_to_vocab(vocab, token):
 register(Exercise(
     name="encode",
     reference=encode,
-    make_cases=_encode_cases,
+    make_cases=lambda: _encode_cases() + _tricky_cases("encode"),
     random_cases=_encode_random_cases,
     solution_sources=(tok.tokenize, tok._special_id, encode),
     mistakes=[
@@ -341,7 +373,7 @@ def _decoder(*, stop_at_eos=True, skip=SPECIALS, flag=True, tolist=True, invert=
 register(Exercise(
     name="decode",
     reference=decode,
-    make_cases=_decode_cases,
+    make_cases=lambda: _decode_cases() + _tricky_cases("decode"),
     random_cases=_decode_random_cases,
     solution_sources=(tok.invert_vocab, decode),
     mistakes=[
@@ -446,7 +478,7 @@ def _pad_mistake(name, hint, *hows):
 register(Exercise(
     name="pad_batch",
     reference=pad_batch,
-    make_cases=_pad_cases,
+    make_cases=lambda: _pad_cases() + _tricky_cases("pad_batch"),
     random_cases=_pad_random_cases,
     mistakes=[
         _pad_mistake("padding on the left",

@@ -42,6 +42,17 @@ NOTEBOOK_OF_TOPIC = {
 }
 
 
+# Every exercise, by name: each topic module registers its own on import (through core).
+REGISTRY: dict = {}
+
+
+def register(exercise):
+    if exercise.name in REGISTRY:
+        raise ValueError(f"exercise {exercise.name!r} is registered twice")
+    REGISTRY[exercise.name] = exercise
+    return exercise
+
+
 def progress_path() -> str | None:
     """The progress file's path, or None when recording is switched off (TFMLIB_PROGRESS="")."""
     path = os.environ.get(ENV_VAR, DEFAULT_PATH)
@@ -66,7 +77,7 @@ def record(result, fn) -> None:
         path = progress_path()
         if path is None or result.status == "not attempted":  # running the stub says nothing
             return
-        if not is_learners_answer(fn) or result.name not in _known_exercises():
+        if not is_learners_answer(fn) or result.name not in REGISTRY:
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with _locked(path):
@@ -81,11 +92,6 @@ def record(result, fn) -> None:
             _write(path, entries)
     except Exception:  # a full disk, a read-only home, a file another program broke: skip it
         pass
-
-
-def _known_exercises():
-    from .core import REGISTRY  # core imports this module: import on use
-    return REGISTRY
 
 
 def _read(path: str) -> dict:
@@ -184,7 +190,7 @@ def progress() -> Progress:
     path = progress_path()
     entries = _read(path) if path else {}
     rows = []
-    for name, exercise in _known_exercises().items():
+    for name, exercise in REGISTRY.items():
         entry = entries.get(name)
         if not isinstance(entry, dict):
             state, note = "not tried", ""

@@ -23,7 +23,7 @@ import torch
 from ..training import (BOS_ID, PAD_ID, ModelConfig, decode_target, encode_source, forward,
                         init_model, label_smoothed_cross_entropy, make_batch, parameters,
                         shift_right)
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 
 
 # ---- shift_right ------------------------------------------------------------------------------
@@ -72,6 +72,7 @@ def _pad_labels_as_minus_100_in_place(tgt):
 
 register(Exercise(
     name="shift_right",
+    contract=Contract(axes={"B": {"tgt": (0,)}, "L": {"tgt": (1,)}}),
     reference=shift_right,
     make_cases=_shift_cases,
     random_cases=_shift_random_cases,
@@ -186,6 +187,8 @@ def _encoded_without_gradient(params, src, tgt_in, config, training=False):
 
 register(Exercise(
     name="forward",
+    contract=Contract(axes={"B": {"src": (0,), "tgt_in": (0,)}, "Lt": {"tgt_in": (1,)}},
+                      float64=False),  # the model's positional table is float32, as in notebook 10
     reference=forward,
     make_cases=_forward_cases,
     random_cases=_forward_random_cases,
@@ -365,6 +368,9 @@ def _ignoring_minus_100_only(logits, labels, smoothing, ignore_index=-100):
 
 register(Exercise(
     name="label_smoothed_cross_entropy",
+    contract=Contract(
+        axes={"B": {"logits": (0,), "labels": (0,)}, "V": {"logits": (-1,)}}, scales={"logits": (100.0,)},
+        values={"labels": (torch.zeros(3, 5, dtype=torch.long),)}),
     reference=label_smoothed_cross_entropy,
     make_cases=_smoothing_cases,
     random_cases=_smoothing_random_cases,

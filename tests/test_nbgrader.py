@@ -201,9 +201,15 @@ def test_the_release_has_a_visible_locked_test_after_each_exercise_and_no_soluti
         assert marker not in text
 
 
-def test_nbgrader_validate_lists_every_exercise_of_a_blank_copy(course):
+@pytest.fixture(scope="module")
+def validated(course) -> str:
+    """What `nbgrader validate` reports on a blank copy of the 04 release."""
     done = nbgrader(course, "validate", str(course / "release" / "04_masks" / "04_masks.ipynb"))
-    report = done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_nbgrader_validate_lists_every_exercise_of_a_blank_copy(validated):
+    report = validated
     assert "VALIDATION FAILED ON 3 CELL(S)" in report, report
     for name in FULL["04_masks"]:
         assert f"[TODO] {name}: not attempted yet" in report, report
@@ -379,7 +385,7 @@ def test_the_feedback_shows_the_checks_diagnosis(course, gradebook):
     assert "[PASS] padding_mask" in text
 
 
-def test_every_nbgrader_command_of_the_teachers_guide_is_run_here(gradebook):
+def test_every_nbgrader_command_of_the_teachers_guide_is_run_here(gradebook, validated):
     """The guide's commands as typed (Formgrader is a page of JupyterLab, not a command)."""
     guide = (REPO / "docs" / "teachers_guide.md").read_text()
     blocks = "\n".join(re.findall(r"^```bash\n(.*?)^```", guide, flags=re.MULTILINE | re.DOTALL))

@@ -14,6 +14,9 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REF="${1:-HEAD}"
 WORK="$(mktemp -d -t course-test-time.XXXXXX)"
+# mktemp makes it 700; the hub's exchange test runs nbgrader as other Unix accounts, which must
+# reach the clone's .venv-hub (a CI checkout is readable by all).
+chmod 755 "$WORK"
 LOG="$WORK/make-test.log"
 RECORD="$ROOT/benchmarks/TEST_TIME.md"
 

@@ -169,8 +169,9 @@ class Hub:
         deadline = time.monotonic() + 60
         while marked_processes(self.marker) and time.monotonic() < deadline:
             time.sleep(0.5)
-        stray = [f"{pid} ({_command(pid)})" for pid in marked_processes(self.marker)]
-        for pid in marked_processes(self.marker):
+        pids = marked_processes(self.marker)
+        stray = [f"{pid} ({_command(pid)})" for pid in pids]
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

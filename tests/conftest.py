@@ -31,11 +31,29 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 ONE_WORKER_FILES = {"test_notebooks_in_browser.py": "browser", "test_nbgrader.py": "nbgrader"}
 
 
+# tryfirst: xdist writes each test's group into its node id in a hook of the same name, which
+# a worker registers after this file, so it would otherwise run first and see no group.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
         group = ONE_WORKER_FILES.get(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under --dist loadgroup, xdist must have written each group into its tests' node ids; when it
+    does not (it silently stopped with pytest 9.2), the expensive fixtures are built once per
+    worker and nothing says why: stop instead."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    for nodeid in ids:
+        group = ONE_WORKER_FILES.get(nodeid.split("::")[0].rsplit("/", 1)[-1])
+        if group is not None and not nodeid.endswith(f"@{group}"):
+            pytest.exit(f"pytest-xdist did not put {nodeid} in its group {group!r} (--dist loadgroup): "
+                        "this pytest and this pytest-xdist do not work together; keep the versions "
+                        "that requirements.txt pins", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture(params=DEVICES)

@@ -64,8 +64,10 @@ TEST_ENV := env PATH="$(BIN):$$PATH" \
 	TFMLIB_PROGRESS="$(TEST_HOME)/progress.json" TFMLIB_TEACHER_VENV="$(abspath $(TEACHER_VENV))"
 PYTEST := $(TEST_ENV) $(PY) -m pytest
 
-# nbval in strict mode: every stored output of every code cell is compared.
-NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+# nbval in strict mode: every stored output of every code cell is compared; and every figure and
+# widget frame a notebook draws goes through the figure lint (tests/nbval_figure_lint.py).
+NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
+	-p tests.nbval_figure_lint
 # The unit tests in one pytest-xdist worker per core (at most 4: each imports torch and
 # JupyterLab's tests start servers of their own). loadgroup: the browser test and the nbgrader
 # round trip each stay on one worker (tests/conftest.py), so their servers start once.
@@ -81,6 +83,13 @@ NOTEBOOKS_DIR := notebooks
 # no trained digit (tests/test_claims.py varies seeds and threads too).
 OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
 TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus
+
+# make test trains each run once: the browser test executes the notebooks that train before nbval
+# does, and nbval's execution loads those runs (tfmlib/_runcache.py: same code, arguments, random
+# state, kernels and threads). Emptied at the start, so that every run of make test trains afresh;
+# never set for the course or the benchmarks.
+RUN_CACHE := $(TEST_HOME)/runs
+TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 
 CHROMIUM := /usr/bin/chromium
 
@@ -137,9 +146,10 @@ course: install
 # One pytest call selects tests/ through testpaths (pyproject.toml): the unit
 # tests and tests/browser/. The notebooks need --nbval, so they are a second call.
 test: install teacher chromium
-	$(PYTEST) $(UNIT_XDIST) $(DURATIONS)
-	$(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(DURATIONS) $(NOTEBOOKS_DIR)/
-	env $(OTHER_CPU) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(TRAINED_NOTEBOOKS)
+	rm -rf $(RUN_CACHE)
+	env $(TEST_RUN_CACHE) $(PYTEST) $(UNIT_XDIST) $(DURATIONS)
+	env $(TEST_RUN_CACHE) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(DURATIONS) $(NOTEBOOKS_DIR)/
+	env $(OTHER_CPU) $(TEST_RUN_CACHE) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(TRAINED_NOTEBOOKS)
 
 # `make test` from a fresh clone of this checkout's HEAD in a temporary folder, as CI runs it:
 # prints the total, each phase and the slowest tests, and records them in benchmarks/TEST_TIME.md.

@@ -2,14 +2,13 @@
 to have it, passes the course style's own figures, and passes every figure the notebooks
 show and every widget frame they draw.
 
-The notebook test runs each notebook in a kernel with a hook that lints every figure the
-inline backend renders (the figures the notebook stores) and every widget frame drawn
-(`Explorer._show`), then reports the problems by cell. Widget tests lint the frames of
-each control change with `assert_readable`.
+The notebooks' figures and widget frames are linted while nbval runs them, by the plugin
+tests/nbval_figure_lint.py (the last test here shows that a broken one fails its cell).
+Widget tests lint the frames of each control change with `assert_readable`.
 """
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -25,10 +24,6 @@ from tfmlib.viz.style import (COLUMN_IN, DIVERGING_CMAP, MASK_CMAP, attention_he
                               distinct_colours, line_style, new_figure, signed_limits)
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Notebooks whose figures and widget frames must pass the lint; the others join as their
-#: figures move to the course style (issue 12: 02-05 in part A, 06-10 in part B).
-LINTED_NOTEBOOKS = ["01_shapes", "02_tokenization", "03_embeddings", "04_masks", "05_attention",
-                    "06_multihead", "07_sublayers", "08_encoder_decoder", "09_adam", "10_training"]
 
 
 @pytest.fixture(autouse=True)
@@ -205,44 +200,33 @@ def test_the_first_lines_differ_in_dash_and_marker_not_only_in_colour():
 
 
 # ---- the notebooks ------------------------------------------------------------------------------
+# Every figure and widget frame of the notebooks is linted while nbval runs them (make test), by the
+# plugin tests/nbval_figure_lint.py: a broken one fails its cell. This shows that it does.
 
-HOOK = r"""
-from matplotlib.backend_bases import FigureCanvasBase as _LintCanvas
-from tfmlib.viz.common import Explorer as _LintExplorer
-from tfmlib.viz.lint import lint_figure as _lint_figure
-_lint_found = []
-_lint_print_figure, _lint_show = _LintCanvas.print_figure, _LintExplorer._show
-def _linted_print_figure(self, *args, **kwargs):
-    _lint_found.append((get_ipython().execution_count, "figure", _lint_figure(self.figure)))
-    return _lint_print_figure(self, *args, **kwargs)
-def _linted_show(self, *args, **kwargs):
-    _lint_found.append((get_ipython().execution_count, type(self).__name__, _lint_figure(self.fig)))
-    return _lint_show(self, *args, **kwargs)
-_LintCanvas.print_figure, _LintExplorer._show = _linted_print_figure, _linted_show
-"""
-REPORT = "import json as _lint_json\nprint(_lint_json.dumps(_lint_found))"
+BROKEN = "fig.text(0.8, 0.5, 'a note that runs off the right edge of the figure')"
+LINT_CELLS = [
+    "import matplotlib.pyplot as plt\n%matplotlib inline\nfrom tfmlib.viz.embeddings import PositionalEncodingExplorer",
+    "fig, ax = plt.subplots(figsize=(3, 2), layout='constrained')\nax.plot([0, 1], [1, 0])\nax.set_xlabel('x')\nplt.show()",
+    f"fig, ax = plt.subplots(figsize=(3, 2))\n{BROKEN}\nplt.show()",
+    "explorer = PositionalEncodingExplorer()\nexplorer.widget",
+    f"fig = explorer.fig\n{BROKEN}\nexplorer.update(pos_i=3)",
+]
 
 
-def lint_notebook(path: Path) -> tuple[int, list[str]]:
-    """Run a notebook with the lint hook; -> (figures and frames linted, problems by cell)."""
+def test_the_nbval_plugin_fails_each_cell_that_shows_a_broken_figure_or_widget_frame(tmp_path):
+    import subprocess
+    import sys
+
     import nbformat
-    from nbclient import NotebookClient
 
-    notebook = nbformat.read(path, as_version=4)
-    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    notebook.cells = ([nbformat.v4.new_code_cell(HOOK)] + code_cells
-                      + [nbformat.v4.new_code_cell(REPORT)])
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    found = json.loads(notebook.cells[-1].outputs[0]["text"])
-    cell_of = {cell.execution_count: n for n, cell in enumerate(code_cells, start=1)}
-    problems = [f"code cell {cell_of.get(count, '?')} ({what}): {problem}"
-                for count, what, cell_problems in found for problem in cell_problems]
-    return len(found), problems
-
-
-@pytest.mark.parametrize("name", LINTED_NOTEBOOKS)
-def test_every_figure_and_widget_frame_of_the_notebook_passes_the_lint(name):
-    linted, problems = lint_notebook(ROOT / "notebooks" / f"{name}.ipynb")
-    assert linted > 0, f"{name}: no figure or widget frame was drawn: is the hook still working?"
-    assert not problems, f"{name}: {len(problems)} problems:\n  " + "\n  ".join(problems)
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in LINT_CELLS])
+    nbformat.write(notebook, tmp_path / "lint.ipynb")
+    run = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-p",
+                          "tests.nbval_figure_lint", "-p", "no:cacheprovider", "-rA", str(tmp_path / "lint.ipynb")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    report = run.stdout + run.stderr
+    outcomes = {int(cell): outcome for outcome, cell in
+                re.findall(r"^(PASSED|FAILED) \S*lint.ipynb::Cell (\d)", report, re.MULTILINE)}
+    assert outcomes == {0: "PASSED", 1: "PASSED", 2: "FAILED", 3: "PASSED", 4: "FAILED"}, report[-3000:]
+    assert "problem(s) in this figure:" in report and "text outside the canvas" in report, report[-3000:]
+    assert "problem(s) in this frame of PositionalEncodingExplorer:" in report, report[-3000:]

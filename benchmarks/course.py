@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from tfmlib._runcache import ENV_VAR as RUN_CACHE_VAR
+
 from .timing import Measured
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +103,7 @@ def execute_notebook(path: Path, timeout: int = 300) -> dict:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    os.environ.pop(RUN_CACHE_VAR, None)  # the kernel inherits it: time the training, never a cached run
     with tempfile.TemporaryDirectory(prefix="bench-nb-") as folder:
         copy = Path(folder) / path.name
         shutil.copyfile(path, copy)

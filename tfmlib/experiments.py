@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 import torch.nn.functional as F
 
+from ._runcache import cached_run
 from ._validation import require_keys, require_ndim
 from .adam import adam_init, adam_step, warmup_cosine_lr, warmup_steps_for, zero_grad
 from .encoder_decoder import encoder, init_encoder_layer_params
@@ -81,6 +82,7 @@ EXPERIMENTS = {
 
 # ---- running experiments ----------------------------------------------------------------------
 
+@cached_run  # only under `make test` (tfmlib/_runcache.py)
 def run(name: str, seed: int) -> dict:
     """Train experiment `name` with `seed` on one CPU thread (bit-reproducible) -> its record:
     {"name", "seed", "step", "loss", "eval_step", "exact_match"}; the sum task adds

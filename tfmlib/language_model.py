@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ._runcache import cached_run
 from ._validation import (require_factory_args, require_float, require_integer_ids, require_keys,
                           require_mask, require_ndim, require_non_negative, require_positive_int,
                           require_tensor, shape_str)
@@ -378,6 +379,7 @@ def random_windows(ids: torch.Tensor, batch_size: int, length: int,
     return ids[starts[:, None] + offsets]                                    # (B, length)
 
 
+@cached_run  # only under `make test` (tfmlib/_runcache.py)
 def train_lm(config: LMConfig, train_ids: torch.Tensor, val_ids: torch.Tensor | None = None,
              steps: int = 500, batch_size: int = 16, lr: float = 2e-2, seed: int = 0,
              eval_every: int = 50) -> tuple[dict, dict]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ._runcache import cached_run
 from ._validation import (require_float, require_keys, require_min_ndim, require_ndim, require_positive_int,
                           require_same_device, require_size, require_tensor, require_token_id)
 from .adam import adam_init, adam_step, warmup_cosine_lr, warmup_steps_for, zero_grad
@@ -311,6 +312,7 @@ def _check_label_smoothing_inputs(logits, labels, smoothing, ignore_index) -> No
 
 # ---- training and decoding ------------------------------------------------------------------
 
+@cached_run  # only under `make test` (tfmlib/_runcache.py)
 def train(config: ModelConfig = ModelConfig(), task: str = "reverse", steps: int = 500,
           batch_size: int = 64, lr: float = 2e-2, min_len: int = 3, max_len: int = 10,
           seed: int = 0, eval_every: int = 50, eval_size: int = 200, warmup: bool = True,

@@ -59,6 +59,42 @@ TOKEN_KIND_CMAP = ListedColormap(TOKEN_KIND_COLOURS, name="token_kinds")
 #: The colour maps a figure may use (lint.py checks it).
 ALLOWED_CMAPS = frozenset({SEQUENTIAL_CMAP, DIVERGING_CMAP, MASK_CMAP.name, TOKEN_KIND_CMAP.name})
 
+#: One colour per experiment of notebook 10's lab (tfmlib.experiments.EXPERIMENTS), the same in
+#: every lab figure and in the overlay widget, whichever experiments a figure shows. The
+#: baseline, in nearly every figure, is black; then Okabe-Ito (its faint yellow left out), and
+#: for the last five colours from Paul Tol's muted palette. Twelve colours cannot all be told
+#: apart by every reader: the markers of `experiment_marker` differ too, and the experiments
+#: a figure of the notebook shows together get colours far apart.
+EXPERIMENT_COLOURS = {
+    "baseline": "#000000",
+    "no positions": "#0072B2",
+    "1 head": "#D55E00",
+    "no sqrt(d_k)": "#009E73",
+    "Pre-LN, no warm-up": "#E69F00",
+    "Post-LN": "#CC79A7",
+    "Post-LN, no warm-up": "#56B4E9",
+    "lr x10": "#882255",
+    "label smoothing 0.1": "#332288",
+    "sum": "#999933",
+    "sum, no positions": "#44AA99",
+    "sum, regressor": "#AA4499",
+}
+
+
+def experiment_colour(name: str) -> str:
+    """The colour of lab experiment `name` in every figure (`EXPERIMENT_COLOURS`)."""
+    if name not in EXPERIMENT_COLOURS:
+        raise ValueError(f"name: expected a lab experiment, one of {list(EXPERIMENT_COLOURS)}, "
+                         f"got {name!r}")
+    return EXPERIMENT_COLOURS[name]
+
+
+def experiment_marker(name: str) -> str:
+    """The marker of lab experiment `name` (its exact-match points), fixed like its colour."""
+    experiment_colour(name)
+    return MARKERS[list(EXPERIMENT_COLOURS).index(name) % len(MARKERS)]
+
+
 # ---- attention maps ---------------------------------------------------------------------------
 
 QUERY_LABEL = "query (the token looking)"

@@ -16,7 +16,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from ..tokenization import decode, invert_vocab
 from ..training import VOCAB, attention_maps, digits_to_ids, greedy_decode
 from . import style
-from .common import Explorer
+from .common import Explorer, place_axis_names
 from .textcache import cache_text
 
 ID_TO_TOKEN = invert_vocab(VOCAB)
@@ -78,7 +78,7 @@ def plot_cross_attention(params: dict, config, text: str):
     for i, (ax, (name, weights)) in enumerate(zip(axes, panels)):
         image = style.attention_heatmap(ax, weights, output, source, title_text=name,
                                         colorbar_=False, xlabel="source digit (key)",
-                                        ylabel=QUERY_LABEL if i == 0 else "")
+                                        ylabel=QUERY_LABEL if i == 0 else "", aspect="equal")
         ax.tick_params(axis="x", rotation=0)
     style.colorbar(fig, image, list(axes), style.ATTENTION_CBAR_LABEL.split(" (")[0],
                    ticks=[0, 0.5, 1], fraction=0.03, pad=0.02)
@@ -94,7 +94,7 @@ def _verdict(source: list[str], output: list[str]) -> tuple[str, bool]:
 
 #: The map's figure: room for 31 source digits across and 32 written tokens down.
 MAP_FIGSIZE = (6.6, 5.8)
-MAP_BOX = (0.2, 0.14, 0.6, 0.72)          # the axes, fixed: labels are texts placed around it
+MAP_BOX = (0.2, 0.14, 0.64, 0.72)         # the axes, fixed: labels are texts placed around it
 MAP_BAR_BOX = (0.855, 0.14, 0.025, 0.72)
 MAX_TOKENS = 34                            # labels kept for either axis (config.max_len + 2)
 
@@ -109,14 +109,15 @@ class CrossAttentionMap:
 
     def __init__(self, fig):
         self.ax = fig.add_axes(MAP_BOX)
+        # Square cells (both axes are tokens): the box shrinks to fit the map, and the axis
+        # names move with it, next to the tokens (`place_axis_names`).
         self.image = self.ax.imshow(np.zeros((2, 2)), cmap=style.ATTENTION_CMAP, vmin=0, vmax=1,
-                                    interpolation="nearest", aspect="auto")
+                                    interpolation="nearest", aspect="equal")
+        self.ax.set_anchor("N")
         self.ax.set_xticks([])
         self.ax.set_yticks([])
-        fig.text(MAP_BOX[0] + MAP_BOX[2] / 2, 0.015, KEY_LABEL, ha="center", va="bottom",
-                 fontsize=style.LABEL_PT)
-        fig.text(0.015, MAP_BOX[1] + MAP_BOX[3] / 2, QUERY_LABEL, ha="left", va="center",
-                 rotation=90, fontsize=style.LABEL_PT)
+        self.col_name = fig.text(0, 0, KEY_LABEL, fontsize=style.LABEL_PT)
+        self.row_name = fig.text(0, 0, QUERY_LABEL, fontsize=style.LABEL_PT)
         bar = fig.colorbar(self.image, cax=fig.add_axes(MAP_BAR_BOX), ticks=[0, 0.5, 1])
         bar.set_label(style.ATTENTION_CBAR_LABEL.split(" (")[0], fontsize=style.LABEL_PT)
         bar.ax.tick_params(labelsize=style.TICK_PT)
@@ -126,7 +127,7 @@ class CrossAttentionMap:
                      for i in range(MAX_TOKENS)]
         self.cols = [self.ax.text(j, 0, "", ha="center", va="top", **text)
                      for j in range(MAX_TOKENS)]
-        self.moving = [self.image, self.title, *self.rows, *self.cols]
+        self.moving = [self.image, self.title, *self.rows, *self.cols, self.row_name, self.col_name]
 
     def draw(self, source, output, cross, head: str) -> None:
         """Show head `head` ("mean" or "0".."H-1") of cross (H, Lt, Ls)."""
@@ -142,6 +143,7 @@ class CrossAttentionMap:
                 label.set_visible(i < len(names))
                 if i < len(names):
                     label.set(text=names[i], position=place(i))
+        place_axis_names(self.ax, self.rows, self.cols, self.row_name, self.col_name)
         got, right = _verdict(source, output)
         self.title.set_text(f"last decoder layer's cross-attention, head: {head}\n"
                             f"{len(source)} digits in, the reverse {'right' if right else 'wrong'}")

@@ -15,7 +15,8 @@ Colour. Categories and lines take the Okabe-Ito palette (told apart with any col
 vision), and lines also differ in line style and marker, so they differ in grey too.
 Values from 0 up (attention weights) use viridis; signed values use RdBu_r centred at 0.
 Masked or padded positions are drawn in `MASKED_COLOUR` (a masked array's "bad" colour),
-never as a weight of 0. `lint.py` checks all of this on live figures.
+never as a weight of 0. Each experiment of notebook 10's lab has one colour of its own in
+every figure (`EXPERIMENT_COLOURS`). `lint.py` checks all of this on live figures.
 """
 from __future__ import annotations
 

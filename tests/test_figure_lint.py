@@ -116,6 +116,31 @@ def test_a_legend_over_a_data_point_or_a_note_is_caught():
     assert lint_figure(fig) == []
 
 
+def test_a_legend_over_a_stretch_of_line_without_markers_is_caught():
+    """Issue 23: 09's legend sat on the optimizer paths, between their markers."""
+    fig, ax = new_figure(3)
+    x = np.array([0.0, 10.0])                      # two points only: no marker under the legend
+    ax.plot(x, x, label="rising")
+    ax.plot(x, 10 - x, label="falling")
+    ax.legend(loc="center")
+    assert "'rising'" in _one_problem(fig, "legend covers the line")
+    ax.get_legend().set_loc("upper center")        # between the two lines' ends: no line there
+    assert lint_figure(fig) == []
+    ax.lines[0].set_alpha(0)                       # a line drawn invisible hides nothing
+    ax.lines[1].set_visible(False)
+    ax.get_legend().set_loc("center")
+    assert lint_figure(fig) == []
+
+
+def test_a_line_beyond_the_view_under_the_legend_is_not_counted():
+    fig, ax = new_figure(3)
+    ax.plot([0, 10], [0, 10], label="rising")
+    ax.plot([0, 10], [20, 30], label="above the view")   # outside the limits: not drawn
+    ax.set_ylim(0, 10)
+    ax.legend(loc="upper left")
+    assert lint_figure(fig) == []
+
+
 def test_a_rainbow_map_is_caught():
     fig, ax = new_figure(3)
     ax.imshow(np.random.default_rng(0).random((4, 4)), cmap="turbo")

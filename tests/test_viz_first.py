@@ -270,3 +270,19 @@ def test_pe_explorer_frames_pass_the_lint():
                   {"max_len": 100}, {"max_len": 8, "d_model": 4}, {"max_len": 150, "pos_i": 120}]:
         assert explorer.update(**state) == ""
         assert_readable(explorer, f"PE explorer at {state}")
+
+
+def test_broadcast_diagram_gives_a_and_b_their_own_hues_and_cuts_large_shapes():
+    explorer = viz_shapes.broadcast_explorer(a="2, 3, 4", b="2, 3, 4")
+    a, b = (_image_data(image) for image in explorer.diagram.images[:2])
+    assert not np.array_equal(a, b)                   # same shapes, yet never the same colours
+    explorer.update(a="8, 8, 8, 8", b="8, 8")
+    width, height = explorer.diagram.panel_px()
+    k4, k3 = viz_shapes.cut_for((8, 8, 8, 8), (width, height))
+    assert (k4, k3) < (8, 8)                          # 64 grids of 8 x 8 do not fit a panel ...
+    image = _image_data(explorer.diagram.images[0])
+    shown = min(width / image.shape[1], height / image.shape[0])
+    assert viz_shapes.CELL * shown >= viz_shapes.MIN_CELL_PX - 1e-9     # ... so cells stay readable
+    assert "first" in explorer.diagram.cut_note.get_text()              # and the figure says so
+    explorer.update(a="3, 1", b="4")
+    assert explorer.diagram.cut_note.get_text() == ""

@@ -126,8 +126,10 @@ def test_stack_widget_one_head_fills_the_frame(stack):
     """The old bug: with 1 head the tiles hugged the colour bar and two thirds stayed empty."""
     explorer = ed_viz.StackAttentionExplorer(stack)
     explorer.update(layers=1, heads=1)
+    explorer.view.ax.apply_aspect()
     box = explorer.view.ax.get_position()
-    assert box.width > 0.6 and box.height >= 0.6
+    assert box.width > 0.6 or box.height >= 0.6            # square cells: it fills one direction
+    assert box.y1 > 0.8                                     # at the top, under the title
     assert explorer.view.title.get_window_extent().y1 <= explorer.fig.bbox.height
 
 
@@ -370,12 +372,42 @@ def lab_results():
 def test_plot_experiments_draws_every_seed_of_every_experiment(lab_results):
     fig = tr_viz.plot_experiments(lab_results, ["baseline", "1 head"])
     loss_ax, match_ax = fig.axes
-    assert len(loss_ax.get_lines()) == len(match_ax.get_lines()) == 4
-    np.testing.assert_array_equal(loss_ax.get_lines()[2].get_ydata(), lab_results["1 head", 0]["loss"])
-    labels = [t.get_text() for t in match_ax.get_legend().get_texts()]
-    assert labels == ["baseline", "1 head", "seed 0", "seed 1"]
+    assert len(loss_ax.get_lines()) == 8 and len(match_ax.get_lines()) == 4  # raw + smoothed loss
+    raw, smooth = loss_ax.get_lines()[4:6]                                   # "1 head", seed 0
+    np.testing.assert_array_equal(raw.get_ydata(), lab_results["1 head", 0]["loss"])
+    np.testing.assert_allclose(smooth.get_ydata(), tr_viz.smoothed(lab_results["1 head", 0]["loss"]))
+    assert raw.get_alpha() < 0.5 and smooth.get_alpha() in (None, 1)         # raw faint, mean strong
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["baseline", "seed 0", "1 head", "seed 1"]   # by column: experiments on row 1
     assert_readable(fig, "plot_experiments")
     matplotlib.pyplot.close(fig)
+
+
+def test_every_lab_experiment_has_one_colour_of_its_own():
+    from tfmlib.experiments import EXPERIMENTS
+
+    assert list(style.EXPERIMENT_COLOURS) == list(EXPERIMENTS)
+    assert len(set(style.EXPERIMENT_COLOURS.values())) == len(EXPERIMENTS)
+    with pytest.raises(ValueError, match="lab experiment"):
+        style.experiment_colour("no such experiment")
+
+
+def test_the_regressors_mse_gets_its_own_panel(lab_results):
+    results = dict(lab_results)
+    for seed in (0, 1):
+        record = dict(results["baseline", seed], name="sum, regressor")
+        results["sum, regressor", seed] = {**record, "loss": [100.0 / (i + 1) for i in range(40)]}
+        results["sum", seed] = dict(results["baseline", seed], name="sum")
+    fig = tr_viz.plot_experiments(results, ["sum", "sum, regressor"])
+    loss_ax, mse_ax, match_ax = fig.axes
+    assert "cross-entropy" in loss_ax.get_ylabel() and "MSE of the sum" in mse_ax.get_ylabel()
+    assert {line.get_color() for line in loss_ax.get_lines()} == {style.experiment_colour("sum")}
+    assert {line.get_color() for line in mse_ax.get_lines()} == {style.experiment_colour("sum, regressor")}
+    assert len(match_ax.get_lines()) == 4
+    assert_readable(fig, "plot_experiments with the regressor")
+    matplotlib.pyplot.close(fig)
+    assert len(tr_viz.plot_experiments(lab_results, ["baseline"]).axes) == 2   # no MSE, no panel
+    matplotlib.pyplot.close("all")
 
 
 def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):
@@ -385,11 +417,11 @@ def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):
     picture = explorer.png()
     explorer.update(names=("1 head", "baseline"))
     for name in names:
-        for loss_line, match_line in explorer.lines[name]:
-            assert loss_line.get_visible() == match_line.get_visible() == (name != "no positions")
-    first = explorer.lines["1 head"][0][0].get_color()
-    assert first == tr_viz.EXPERIMENT_COLORS[0]                  # colours follow the choice's order
-    assert explorer.lines["baseline"][1][1].get_color() == tr_viz.EXPERIMENT_COLORS[1]
+        for run in explorer.lines[name]:
+            assert [line.get_visible() for line in run] == [name != "no positions"] * 3
+    for name in names:                                           # one colour per experiment, always
+        assert {line.get_color() for run in explorer.lines[name] for line in run} == {
+            style.experiment_colour(name)}
     assert [t.get_text() for t in explorer.legend.get_texts()] == ["1 head", "baseline", "seed 0", "seed 1"]
     assert explorer.loss_ax.get_ylim() == limits                 # fixed axes: a fast redraw
     assert explorer.png() != picture and explorer.png()[:4] == b"\x89PNG"

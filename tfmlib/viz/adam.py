@@ -83,7 +83,6 @@ def _new_axes(fig_and_axes):
     sgd_style, adam_style = style.line_style(1), style.line_style(0)
     sgd_line, = surface.plot([], [], markersize=3, linewidth=1, label="SGD", **sgd_style)
     adam_line, = surface.plot([], [], markersize=3, linewidth=1, label="Adam", **adam_style)
-    surface.legend(loc="upper right", ncols=2)   # a corner the paths from START keep away from
     steps = np.arange(STEPS + 1)
     sgd_loss, = losses.semilogy(steps, np.ones(STEPS + 1), label="SGD",
                                 **{**sgd_style, "marker": None})
@@ -93,7 +92,10 @@ def _new_axes(fig_and_axes):
     losses.set_xlabel("step")
     losses.set_ylabel("loss  f(x, y)  (log scale)")
     style.title(losses, "loss per step")
-    losses.legend(loc="lower left")
+    # One legend for both panels, below them: inside the surface it sat on the contours (and
+    # on paths that swing there at a large lr); the loss panel's lines reach every corner.
+    fig.legend(handles=[*surface.get_lines()[:2], sgd_line, adam_line], loc="outside lower center",
+               ncols=4, fontsize=style.TICK_PT)
     surface.set_title(TITLE_SAMPLE)        # the layout makes room for the longest title
     return surface, (sgd_line, adam_line, sgd_loss, adam_loss)
 
@@ -119,7 +121,7 @@ def _set(surface, lines, lr, beta1, beta2, cache=None):
     return sgd, adam
 
 
-FIGSIZE = (style.COLUMN_IN, 3.6)
+FIGSIZE = (style.COLUMN_IN, 3.9)    # the legend below the panels included
 WIDTH_RATIOS = [1.6, 1]
 
 
@@ -180,7 +182,9 @@ def plot_bias_correction(steps, m, m_hat, v, v_hat, gradient: float):
         style.title(ax, name)
         ax.set_xlabel("step t")
         ax.set_ylim(0, abs(gradient) * 1.25)
-        ax.legend(loc="center right")          # between the curves near 0 and those near 1
+        # The empty band between the curves near 1 and the raw curve: lower right on the
+        # left (m is near 1 there), centre right on the right (sqrt(v) stays below 0.25).
+        ax.legend(loc="lower right" if ax is left else "center right")
     left.set_ylabel("value")
     return fig
 

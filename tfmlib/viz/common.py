@@ -224,3 +224,32 @@ class Explorer:
 
     def update(self, **values):
         raise NotImplementedError
+
+
+def _renderer(fig):
+    canvas = fig.canvas
+    return canvas.get_renderer() if hasattr(canvas, "get_renderer") else fig._get_renderer()
+
+
+def place_axis_names(ax, row_labels, col_labels, row_name, col_name, gap_px: float = 4.0) -> None:
+    """Put the axis names `row_name` (left, turned) and `col_name` (below) next to the token
+    labels `row_labels`, `col_labels` (texts beside the rows, under the columns) of a map on
+    `ax`, `gap_px` beyond the longest one: close to what they name, wherever a map of
+    square cells (aspect "equal") puts its box. Call after the labels are set."""
+    fig = ax.figure
+    ax.apply_aspect()                                # the box that the draw will use
+    renderer = _renderer(fig)
+    box = ax.get_window_extent(renderer)
+    shown = lambda labels: [t.get_window_extent(renderer) for t in labels   # noqa: E731
+                            if t.get_visible() and t.get_text()]
+    rows, cols = shown(row_labels), shown(col_labels)
+    left = min([b.x0 for b in rows], default=box.x0) - gap_px
+    bottom = min([b.y0 for b in cols], default=box.y0) - gap_px
+    width, height = fig.bbox.width, fig.bbox.height
+    row_name.set(position=(left / width, (box.y0 + box.y1) / 2 / height), ha="right", va="center",
+                 rotation=90)
+    # A name longer than a short map is centred on it no more: slid down into the canvas.
+    half = row_name.get_window_extent(renderer).height / 2
+    centre = min((box.y0 + box.y1) / 2, height - half - gap_px)
+    row_name.set_y(max(centre, half + gap_px) / height)
+    col_name.set(position=((box.x0 + box.x1) / 2 / width, bottom / height), ha="center", va="top")

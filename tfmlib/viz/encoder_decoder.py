@@ -20,7 +20,7 @@ from matplotlib.colors import Normalize
 from ..encoder_decoder import encoder, stack_attention_weights
 from ..tokenization import invert_vocab
 from . import style
-from .common import Explorer
+from .common import Explorer, place_axis_names
 from .textcache import cache_text
 
 KINDS = {"encoder self-attention": "encoder",
@@ -128,15 +128,16 @@ class StackPicture:
         self.ax = fig.add_axes(AXES_BOX)
         # One RGBA image (`colours`): a second, masked image for the grey cells would double
         # the slowest step of a frame, resampling an image to the screen.
-        self.image = self.ax.imshow(np.zeros((2, 2, 4)), interpolation="nearest", aspect="auto")
+        self.image = self.ax.imshow(np.zeros((2, 2, 4)), interpolation="nearest", aspect="equal")
         self.ax.set_xticks([])
         self.ax.set_yticks([])
-        # Axis names at the canvas' edges, beyond the longest token (the texts set the ticks).
-        fig.text(AXES_BOX[0] + AXES_BOX[2] / 2, 0.012,
-                 "columns: heads; inside a tile, " + style.KEY_LABEL,
-                 ha="center", va="bottom", fontsize=style.LABEL_PT)
-        fig.text(0.008, AXES_BOX[1] + AXES_BOX[3] / 2, "rows: layers; inside a tile, " + style.QUERY_LABEL,
-                 ha="left", va="center", rotation=90, fontsize=style.LABEL_PT)
+        # Square cells: both axes are tokens. The box shrinks to fit the map (anchored at
+        # the top, under the title), so the axis names move with it, next to the tokens.
+        self.ax.set_anchor("N")
+        self.col_name = fig.text(0, 0, "columns: heads; inside a tile, " + style.KEY_LABEL,
+                                 fontsize=style.LABEL_PT)
+        self.row_name = fig.text(0, 0, "rows: layers; inside a tile, " + style.QUERY_LABEL,
+                                 fontsize=style.LABEL_PT)
         scale = ScalarMappable(Normalize(0.0, 1.0), style.ATTENTION_CMAP)
         bar = fig.colorbar(scale, cax=fig.add_axes(COLOURBAR_BOX), ticks=[0, 0.5, 1])
         bar.set_label(style.ATTENTION_CBAR_LABEL, fontsize=style.LABEL_PT)
@@ -145,7 +146,7 @@ class StackPicture:
         longest = MAX_LAYERS * 8 + max(HEAD_CHOICES) * 8     # a label for every row and column
         text = dict(fontsize=style.TICK_PT, clip_on=False)
         self.labels = [self.ax.text(0, 0, "", **text) for _ in range(longest + 16)]
-        self.moving = [self.image, self.title, *self.labels]
+        self.moving = [self.image, self.title, *self.labels, self.row_name, self.col_name]
 
     def draw(self, canvas: np.ma.MaskedArray, layers: int, heads: int, queries, keys,
              title: str) -> None:
@@ -171,6 +172,10 @@ class StackPicture:
             label.set(position=(x, y), text=text, rotation=rotation, ha=ha, va=va, visible=True)
         for label in self.labels[len(places):]:
             label.set_visible(False)
+        query_labels = [label for label, place in zip(self.labels, places) if place[3] == 0
+                        and place[4] == "right"]
+        key_labels = [label for label, place in zip(self.labels, places) if place[3] == 90]
+        place_axis_names(self.ax, query_labels, key_labels, self.row_name, self.col_name)
 
 
 def _title(kind_label: str, sample_name: str, layers: int, heads: int, lq: int, lk: int) -> str:

@@ -250,7 +250,7 @@ def time_per_token(params: dict, config: LMConfig, lengths, use_cache: bool, bat
 def plot_time_per_token(lengths, cached_s, uncached_s):
     """Milliseconds per new token against the length so far, with and without the cache: on
     linear axes, and on log-log axes with grey guides of slope 1 (grows like L) and 2 (L^2)."""
-    fig, (linear_ax, log_ax) = style.new_figure(3.4, style.COLUMN_IN, 1, 2)
+    fig, (linear_ax, log_ax) = style.new_figure(3.7, style.COLUMN_IN, 1, 2)   # legend below
     lengths = np.asarray(lengths, dtype=float)
     series = [("no cache: lm_forward, L + 1 tokens", np.asarray(uncached_s) * 1e3),
               ("KV cache: lm_step, 1 token", np.asarray(cached_s) * 1e3)]
@@ -266,7 +266,9 @@ def plot_time_per_token(lengths, cached_s, uncached_s):
     log_ax.set_yscale("log")
     linear_ax.set_ylim(bottom=0)
     linear_ax.set_ylabel("milliseconds per new token")
-    linear_ax.legend(loc="upper left")
+    # One legend for both panels, below them: inside, the steep uncached line crossed it.
+    fig.legend(handles=linear_ax.get_lines(), loc="outside lower center", ncols=2,
+               fontsize=style.TICK_PT)
     style.title(linear_ax, "time per new token")
     style.title(log_ax, "log-log; grey: dotted ~ L, dash-dot ~ L\u00b2")
     return fig

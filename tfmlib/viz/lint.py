@@ -8,6 +8,7 @@ figure's dpi) and returns a list of problems, empty when the figure is fine:
 * text outside the canvas: a widget's frame clips it (the inline backend's crop hides it);
 * texts that overlap: tick labels, titles, axis labels, legends, notes, numbers in cells;
 * a legend over a marker of its axes' data or over a note written in the axes;
+* a legend over a drawn line of its axes (any stretch of it, not only its markers);
 * a colour map outside `ALLOWED_CMAPS`.
 
 Only what a draw paints counts: tick labels outside the view limits exist but are not
@@ -157,10 +158,42 @@ def _covered_by_legend(ax, renderer) -> list[str]:
             points = line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
             if any(box.contains(x, y) for x, y in points if np.isfinite(x) and np.isfinite(y)):
                 problems.append(f"the legend covers a point of {_name_of_line(line)}")
+    inside = box.shrunk(1.0, 1.0)
+    for line in ax.lines:
+        if line.get_visible() and _line_crosses(line, inside, ax.bbox):
+            problems.append(f"the legend covers the line of {_name_of_line(line)}")
     for text in ax.texts:
         if text.get_visible() and text.get_text().strip() and _overlap(box, text.get_window_extent(renderer)):
             problems.append(f"the legend covers the text {_name(text)}")
     return problems
+
+
+def _line_crosses(line, box, clip, step_px: float = 2.0) -> bool:
+    """Whether a drawn stretch of `line` (its segments, sampled every `step_px` pixels, inside
+    the axes' box `clip`) passes through `box`, shrunk by `SLACK_PX` on every side."""
+    if line.get_linestyle() in ("None", "none", "", " ") or line.get_linewidth() == 0:
+        return False
+    if (line.get_alpha() if line.get_alpha() is not None else 1.0) < 0.05:
+        return False
+    xy = np.column_stack(line.get_data()).astype(float)
+    if len(xy) < 2:
+        return False
+    points = line.get_transform().transform(xy)                          # (n, 2) pixels
+    x0, y0, x1, y1 = box.x0 + SLACK_PX, box.y0 + SLACK_PX, box.x1 - SLACK_PX, box.y1 - SLACK_PX
+    if x1 <= x0 or y1 <= y0:
+        return False
+    for a, b in zip(points[:-1], points[1:]):
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            continue
+        count = int(np.hypot(*(b - a)) // step_px) + 2
+        samples = a + np.linspace(0.0, 1.0, count)[:, None] * (b - a)      # (count, 2)
+        drawn = ((samples[:, 0] >= clip.x0) & (samples[:, 0] <= clip.x1)
+                 & (samples[:, 1] >= clip.y0) & (samples[:, 1] <= clip.y1))
+        within = ((samples[:, 0] > x0) & (samples[:, 0] < x1)
+                  & (samples[:, 1] > y0) & (samples[:, 1] < y1))
+        if (drawn & within).any():
+            return True
+    return False
 
 
 def _name_of_line(line) -> str:

@@ -1,11 +1,13 @@
 """Plots and the broadcast explorer of notebook 01 (shapes and broadcasting).
 
 The broadcasting diagram draws each operand *as it is read* at the result's
-shape: every element of the operand gets its own colour, the cells where it is
-really stored are drawn solid, and the cells where broadcasting reads the same
-element again (a size-1 or missing axis, repeated) are drawn in a lighter tint
-of that colour. Each panel is one RGB image, so a redraw is three `set_data`
-calls and one PNG render.
+shape: each operand has its own hue (a blue, b vermillion), every element of it
+its own shade of that hue, the cells where it is really stored are drawn solid,
+and the cells where broadcasting reads the same element again (a size-1 or
+missing axis, repeated) are drawn in a lighter tint of that shade. Each panel is
+one RGB image, so a redraw is three `set_data` calls and one PNG render. A shape
+too large to show with cells of at least `MIN_CELL_PX` pixels is cut: the first
+slices of axes -4 and -3 are drawn, and the panel's title says how many.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import numpy as np
 
 from ..shapes import broadcast_shape
 from .common import DPI, Explorer
-from .style import ERROR_COLOUR, GUIDE_COLOUR, TICK_PT, TITLE_PT, distinct_colours, new_figure
+from .style import ERROR_COLOUR, GUIDE_COLOUR, PALETTE, TICK_PT, TITLE_PT, new_figure
 
 MAX_AXES = 4     # the diagram draws shapes of up to 4 axes ...
 MAX_SIZE = 8     # ... with at most 8 elements along each
@@ -28,6 +30,9 @@ GAP = 6          # pixels between two slices of a 3-D or 4-D shape
 LIGHTEN = 0.62   # how far a repeated cell's colour is mixed towards white
 EDGE = np.array([0.35, 0.35, 0.35])
 RESULT_COLOUR = np.array([0.55, 0.55, 0.60])
+#: The hue of each operand: a blue, b vermillion (Okabe-Ito), never the same colours.
+OPERAND_HUES = {"a": PALETTE[0], "b": PALETTE[1]}
+MIN_CELL_PX = 8  # smallest cell as displayed: a larger shape is cut to its first slices
 
 PRESETS = {
     "(3, 1) and (4,): both operands repeat": ("3, 1", "4"),
@@ -92,17 +97,57 @@ def grid_image(colours: np.ndarray) -> np.ndarray:
     return image
 
 
-def operand_image(shape, result) -> np.ndarray:
-    """RGB image of an operand read at the `result` shape (stored cells solid, repeats light)."""
+def operand_colours(n: int, hue) -> np.ndarray:
+    """(n, 3) shades of `hue`, one per element: from 25 % towards white to 50 % towards
+    black, in golden-ratio steps so that neighbouring elements land far apart. Even the
+    lightest stays darker than a repeated cell's tint (`LIGHTEN`)."""
+    from matplotlib.colors import to_rgb
+
+    base = np.array(to_rgb(hue))
+    shade = -0.25 + 0.75 * ((np.arange(n) * 0.6180339887) % 1.0)[:, None]   # <0: whiter, >0: darker
+    return np.where(shade < 0, base + (-shade) * (1 - base), base * (1 - shade))
+
+
+def operand_image(shape, result, hue=PALETTE[0], cut=None) -> np.ndarray:
+    """RGB image of an operand read at the `result` shape (stored cells solid, repeats light),
+    in shades of `hue`; `cut` (k4, k3): draw only the first k4 slices of axis -4 and the
+    first k3 of axis -3 (see `cut_for`)."""
     source, stored = operand_cells(shape, result)
-    colours = distinct_colours(max(math.prod(shape), 1))[source]          # (*result, 3)
+    colours = operand_colours(max(math.prod(shape), 1), hue)[source]       # (*result, 3)
     colours = np.where(stored[..., None], colours, colours + LIGHTEN * (1 - colours))
-    return grid_image(colours.reshape(*_as_4d(result), 3))
+    return grid_image(_cut(colours.reshape(*_as_4d(result), 3), cut))
 
 
-def result_image(result) -> np.ndarray:
+def _cut(colours: np.ndarray, cut) -> np.ndarray:
+    if cut is None:
+        return colours
+    return np.ascontiguousarray(colours[: cut[0], : cut[1]])
+
+
+def cut_for(result, panel_px: tuple[float, float]) -> tuple[int, int]:
+    """(k4, k3): how many slices of axes -4 and -3 of `result` to draw so that a cell shows at
+    least `MIN_CELL_PX` pixels in a panel of `panel_px` (width, height); at least one each."""
+    s0, s1, s2, s3 = _as_4d(result)
+    width, height = panel_px
+    scale = MIN_CELL_PX / CELL                      # the least shrink allowed
+    block_h, block_w = s2 * CELL + 1, s3 * CELL + 1
+    fits = lambda k, block, room: k * block + (k - 1) * GAP <= room / scale   # noqa: E731
+    k4 = max([k for k in range(1, s0 + 1) if fits(k, block_h, height)], default=1)
+    k3 = max([k for k in range(1, s1 + 1) if fits(k, block_w, width)], default=1)
+    return k4, k3
+
+
+def _cut_note(result, cut) -> str:
+    """'; first 1 of 8 slices of axis -4 drawn' (empty when nothing is cut)."""
+    s0, s1 = _as_4d(result)[:2]
+    parts = [f"first {k} of {n} slices of axis {axis}" for k, n, axis in
+             ((cut[0], s0, -4), (cut[1], s1, -3)) if k < n]
+    return ("too large to show every slice: " + ", ".join(parts) + " drawn") if parts else ""
+
+
+def result_image(result, cut=None) -> np.ndarray:
     colours = np.broadcast_to(RESULT_COLOUR, (*_as_4d(result), 3))
-    return grid_image(np.ascontiguousarray(colours))
+    return grid_image(_cut(np.ascontiguousarray(colours), cut))
 
 
 def drawable(*shapes) -> bool:
@@ -147,9 +192,17 @@ class BroadcastDiagram:
         self.titles = [ax.set_title("", fontsize=TITLE_PT, loc="left") for ax in self.axes]
         self.notes = [ax.text(0.5, 0.5, "", transform=ax.transAxes, ha="center", va="center",
                               fontsize=TITLE_PT, color=ERROR_COLOUR) for ax in self.axes]
+        # Says which slices a shape too large to show whole has kept (see `cut_for`).
+        self.cut_note = fig.text(0.5, 0.125, "", ha="center", va="bottom", fontsize=TICK_PT,
+                                 color=ERROR_COLOUR)
         fig.supxlabel("solid cell: where an element is stored;  light cell: the same element read "
                       "again (broadcast)\naxis -3: slices side by side;  axis -4: slices one below the "
                       "other;  panels are right-aligned, like the shapes", fontsize=TICK_PT, color=GUIDE_COLOUR)
+
+    def panel_px(self) -> tuple[float, float]:
+        """(width, height) of a panel in pixels, as laid out now."""
+        box = self.axes[0].get_position()
+        return box.width * self.fig.bbox.width, box.height * self.fig.bbox.height
 
     def draw(self, shape_a, shape_b, op: str = "+") -> tuple[int, ...] | None:
         """Redraw for two shapes; returns the result shape, or None when they do not broadcast."""
@@ -159,22 +212,30 @@ class BroadcastDiagram:
         except ValueError:
             result = None
         if result is not None and drawable(shape_a, shape_b, result):
-            images = [operand_image(shape_a, result), operand_image(shape_b, result), result_image(result)]
+            cut = cut_for(result, self.panel_px())
+            images = [operand_image(shape_a, result, OPERAND_HUES["a"], cut),
+                      operand_image(shape_b, result, OPERAND_HUES["b"], cut), result_image(result, cut)]
             titles = [f"{name} {shape}" + ("" if shape == result else f",  read as {result}")
-                      for name, shape in (("a", shape_a), ("b", shape_b))] + [f"a {op} b  {result}"]
+                      for name, shape in (("a", shape_a), ("b", shape_b))]
+            titles += [f"a {op} b  {result}"]
             notes = ["", "", ""]
+            cut_note = _cut_note(result, cut)
         elif result is not None:
             images = [np.ones((2, 2, 3))] * 3
             titles = [f"a {shape_a}", f"b {shape_b}", f"a {op} b  {result}"]
             notes = [f"too large to draw (the diagram shows up to {MAX_AXES} axes of size <= {MAX_SIZE})",
                      "", ""]
+            cut_note = ""
         else:
-            drawn = [operand_image(s, s) if drawable(s) else np.ones((2, 2, 3)) for s in (shape_a, shape_b)]
+            drawn = [operand_image(s, s, OPERAND_HUES[name], cut_for(s, self.panel_px()))
+                     if drawable(s) else np.ones((2, 2, 3))
+                     for name, s in (("a", shape_a), ("b", shape_b))]
             images = drawn + [np.ones((2, 2, 3))]
             titles = [f"a {shape_a}", f"b {shape_b}", f"a {op} b"]
             notes = ["" if drawable(shape_a) else "too large to draw",
                      "" if drawable(shape_b) else "too large to draw",
                      "does not broadcast: no result"]
+            cut_note = ""
         height = max(im.shape[0] for im in images)
         width = max(im.shape[1] for im in images)
         for ax, artist, image, title, note, text in zip(self.axes, self.images, images, titles,
@@ -187,6 +248,7 @@ class BroadcastDiagram:
             ax.set_ylim(height, 0)
             ax.set_title(title, fontsize=TITLE_PT, loc="left")
             text.set_text(note)
+        self.cut_note.set_text(cut_note)
         return result
 
 
@@ -227,7 +289,8 @@ class BroadcastExplorer(Explorer):
         # Three images of new sizes, their titles and notes move; the long key below them
         # is the background, drawn once.
         diagram = self.diagram
-        self._build(fig, [*diagram.images, *diagram.titles, *diagram.notes], [self.a_box, self.b_box],
+        self._build(fig, [*diagram.images, *diagram.titles, *diagram.notes, diagram.cut_note],
+                    [self.a_box, self.b_box],
                     [self.examples, widgets.HBox([self.a_box, self.b_box]), self.info])
         self.result, self.message = None, ""
         self.update()

@@ -15,7 +15,8 @@ Colour. Categories and lines take the Okabe-Ito palette (told apart with any col
 vision), and lines also differ in line style and marker, so they differ in grey too.
 Values from 0 up (attention weights) use viridis; signed values use RdBu_r centred at 0.
 Masked or padded positions are drawn in `MASKED_COLOUR` (a masked array's "bad" colour),
-never as a weight of 0. `lint.py` checks all of this on live figures.
+never as a weight of 0. Each experiment of notebook 10's lab has one colour of its own in
+every figure (`EXPERIMENT_COLOURS`). `lint.py` checks all of this on live figures.
 """
 from __future__ import annotations
 
@@ -58,6 +59,42 @@ TOKEN_KIND_CMAP = ListedColormap(TOKEN_KIND_COLOURS, name="token_kinds")
 
 #: The colour maps a figure may use (lint.py checks it).
 ALLOWED_CMAPS = frozenset({SEQUENTIAL_CMAP, DIVERGING_CMAP, MASK_CMAP.name, TOKEN_KIND_CMAP.name})
+
+#: One colour per experiment of notebook 10's lab (tfmlib.experiments.EXPERIMENTS), the same in
+#: every lab figure and in the overlay widget, whichever experiments a figure shows. The
+#: baseline, in nearly every figure, is black; then Okabe-Ito (its faint yellow left out), and
+#: for the last five colours from Paul Tol's muted palette. Twelve colours cannot all be told
+#: apart by every reader: the markers of `experiment_marker` differ too, and the experiments
+#: a figure of the notebook shows together get colours far apart.
+EXPERIMENT_COLOURS = {
+    "baseline": "#000000",
+    "no positions": "#0072B2",
+    "1 head": "#D55E00",
+    "no sqrt(d_k)": "#009E73",
+    "Pre-LN, no warm-up": "#E69F00",
+    "Post-LN": "#CC79A7",
+    "Post-LN, no warm-up": "#56B4E9",
+    "lr x10": "#882255",
+    "label smoothing 0.1": "#332288",
+    "sum": "#999933",
+    "sum, no positions": "#44AA99",
+    "sum, regressor": "#AA4499",
+}
+
+
+def experiment_colour(name: str) -> str:
+    """The colour of lab experiment `name` in every figure (`EXPERIMENT_COLOURS`)."""
+    if name not in EXPERIMENT_COLOURS:
+        raise ValueError(f"name: expected a lab experiment, one of {list(EXPERIMENT_COLOURS)}, "
+                         f"got {name!r}")
+    return EXPERIMENT_COLOURS[name]
+
+
+def experiment_marker(name: str) -> str:
+    """The marker of lab experiment `name` (its exact-match points), fixed like its colour."""
+    experiment_colour(name)
+    return MARKERS[list(EXPERIMENT_COLOURS).index(name) % len(MARKERS)]
+
 
 # ---- attention maps ---------------------------------------------------------------------------
 
@@ -162,15 +199,16 @@ def colorbar(fig, image, ax, label: str, **kwargs):
 
 def attention_heatmap(ax, weights, query_tokens=None, key_tokens=None, masked=None, *,
                       title_text: str = "", colorbar_: bool = True, xlabel: str = KEY_LABEL,
-                      ylabel: str = QUERY_LABEL):
+                      ylabel: str = QUERY_LABEL, aspect: str = "auto"):
     """The one attention-map look on `ax`; returns the image artist (keep it for `set_data`).
 
     weights: (Lq, Lk), drawn on a fixed 0-1 viridis scale, queries down, keys across.
     masked: (Lq, Lk) bool (True = masked) or None; masked cells, and NaN weights (fully
     masked rows), are drawn grey, not as a weight of 0. Tokens label both axes.
+    aspect: "equal" draws square cells (both axes are tokens; the figure must fit the map).
     """
     image = ax.imshow(masked_weights(weights, masked), cmap=ATTENTION_CMAP, vmin=0.0, vmax=1.0,
-                      interpolation="nearest", aspect="auto")
+                      interpolation="nearest", aspect=aspect)
     if key_tokens is not None:
         ax.set_xticks(range(len(key_tokens)), labels=list(key_tokens), rotation=90)
     if query_tokens is not None:

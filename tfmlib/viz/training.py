@@ -16,7 +16,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from ..tokenization import decode, invert_vocab
 from ..training import VOCAB, attention_maps, digits_to_ids, greedy_decode
 from . import style
-from .common import Explorer
+from .common import Explorer, place_axis_names
 from .textcache import cache_text
 
 ID_TO_TOKEN = invert_vocab(VOCAB)
@@ -78,7 +78,7 @@ def plot_cross_attention(params: dict, config, text: str):
     for i, (ax, (name, weights)) in enumerate(zip(axes, panels)):
         image = style.attention_heatmap(ax, weights, output, source, title_text=name,
                                         colorbar_=False, xlabel="source digit (key)",
-                                        ylabel=QUERY_LABEL if i == 0 else "")
+                                        ylabel=QUERY_LABEL if i == 0 else "", aspect="equal")
         ax.tick_params(axis="x", rotation=0)
     style.colorbar(fig, image, list(axes), style.ATTENTION_CBAR_LABEL.split(" (")[0],
                    ticks=[0, 0.5, 1], fraction=0.03, pad=0.02)
@@ -94,7 +94,7 @@ def _verdict(source: list[str], output: list[str]) -> tuple[str, bool]:
 
 #: The map's figure: room for 31 source digits across and 32 written tokens down.
 MAP_FIGSIZE = (6.6, 5.8)
-MAP_BOX = (0.2, 0.14, 0.6, 0.72)          # the axes, fixed: labels are texts placed around it
+MAP_BOX = (0.2, 0.14, 0.64, 0.72)         # the axes, fixed: labels are texts placed around it
 MAP_BAR_BOX = (0.855, 0.14, 0.025, 0.72)
 MAX_TOKENS = 34                            # labels kept for either axis (config.max_len + 2)
 
@@ -109,14 +109,15 @@ class CrossAttentionMap:
 
     def __init__(self, fig):
         self.ax = fig.add_axes(MAP_BOX)
+        # Square cells (both axes are tokens): the box shrinks to fit the map, and the axis
+        # names move with it, next to the tokens (`place_axis_names`).
         self.image = self.ax.imshow(np.zeros((2, 2)), cmap=style.ATTENTION_CMAP, vmin=0, vmax=1,
-                                    interpolation="nearest", aspect="auto")
+                                    interpolation="nearest", aspect="equal")
+        self.ax.set_anchor("N")
         self.ax.set_xticks([])
         self.ax.set_yticks([])
-        fig.text(MAP_BOX[0] + MAP_BOX[2] / 2, 0.015, KEY_LABEL, ha="center", va="bottom",
-                 fontsize=style.LABEL_PT)
-        fig.text(0.015, MAP_BOX[1] + MAP_BOX[3] / 2, QUERY_LABEL, ha="left", va="center",
-                 rotation=90, fontsize=style.LABEL_PT)
+        self.col_name = fig.text(0, 0, KEY_LABEL, fontsize=style.LABEL_PT)
+        self.row_name = fig.text(0, 0, QUERY_LABEL, fontsize=style.LABEL_PT)
         bar = fig.colorbar(self.image, cax=fig.add_axes(MAP_BAR_BOX), ticks=[0, 0.5, 1])
         bar.set_label(style.ATTENTION_CBAR_LABEL.split(" (")[0], fontsize=style.LABEL_PT)
         bar.ax.tick_params(labelsize=style.TICK_PT)
@@ -126,7 +127,7 @@ class CrossAttentionMap:
                      for i in range(MAX_TOKENS)]
         self.cols = [self.ax.text(j, 0, "", ha="center", va="top", **text)
                      for j in range(MAX_TOKENS)]
-        self.moving = [self.image, self.title, *self.rows, *self.cols]
+        self.moving = [self.image, self.title, *self.rows, *self.cols, self.row_name, self.col_name]
 
     def draw(self, source, output, cross, head: str) -> None:
         """Show head `head` ("mean" or "0".."H-1") of cross (H, Lt, Ls)."""
@@ -142,6 +143,7 @@ class CrossAttentionMap:
                 label.set_visible(i < len(names))
                 if i < len(names):
                     label.set(text=names[i], position=place(i))
+        place_axis_names(self.ax, self.rows, self.cols, self.row_name, self.col_name)
         got, right = _verdict(source, output)
         self.title.set_text(f"last decoder layer's cross-attention, head: {head}\n"
                             f"{len(source)} digits in, the reverse {'right' if right else 'wrong'}")
@@ -223,53 +225,94 @@ class ReverseExplorer(Explorer):
 
 # ---- the experiments lab ------------------------------------------------------------------------
 
-#: The course's colour-blind-safe palette (Okabe and Ito), one colour per experiment of a figure.
-EXPERIMENT_COLORS = style.PALETTE
 #: One line style per seed: seed 0 solid, seed 1 dashed, ...
 SEED_STYLES = ("-", "--", ":", "-.")
+#: Steps averaged into one point of a smoothed loss curve (centred; fewer at either end).
+SMOOTHING_WINDOW = 9
 
 
-def _color(index: int) -> str:
-    """The colour of the index-th experiment of a figure."""
-    return EXPERIMENT_COLORS[index % len(EXPERIMENT_COLORS)]
+def _is_regressor(name: str) -> bool:
+    """Whether lab experiment `name` trains the regressor, whose loss is an MSE, not a cross-entropy."""
+    from ..experiments import EXPERIMENTS
+
+    return name in EXPERIMENTS and EXPERIMENTS[name].model == "regressor"
 
 
-def _lab_axes(fig):
-    """The two panels of every lab figure: training loss per step, held-out exact match."""
-    loss_ax, match_ax = fig.subplots(1, 2)
-    for ax in (loss_ax, match_ax):
+def smoothed(values, window: int = SMOOTHING_WINDOW) -> np.ndarray:
+    """Centred moving average of `values`, as long as `values`: near either end the window
+    shrinks to what is there, so the line starts and ends where the raw one does."""
+    values = np.asarray(values, dtype=float)
+    if len(values) == 0:
+        return values
+    half = window // 2
+    sums = np.concatenate([[0.0], np.cumsum(values)])
+    lo = np.clip(np.arange(len(values)) - half, 0, len(values))
+    hi = np.clip(np.arange(len(values)) + half + 1, 0, len(values))
+    return (sums[hi] - sums[lo]) / (hi - lo)
+
+
+def _log_axis(ax) -> None:
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))          # 0.5, 1, 2, 5, ...
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # not 5x10^-1
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _lab_axes(fig, mse: bool = False) -> dict:
+    """The panels of a lab figure -> {"loss": ..., "mse": ... or None, "match": ...}: the
+    cross-entropy per step, the regressor's MSE per step in a panel of its own (`mse`: only
+    when a regressor is drawn; an MSE is no cross-entropy), held-out exact match."""
+    axes = fig.subplots(1, 3 if mse else 2)
+    for ax in axes:
         style.style_axes(ax)
-    loss_ax.set_yscale("log")
-    loss_ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))          # 0.5, 1, 2, 5, ...
-    loss_ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # not 5x10^-1
-    loss_ax.yaxis.set_minor_formatter(NullFormatter())
-    loss_ax.set_xlabel("training step")
-    loss_ax.set_ylabel("training loss (log scale)")
-    style.title(loss_ax, "training loss")
-    match_ax.set_ylim(-0.02, 1.02)
-    match_ax.set_xlabel("training step")
-    match_ax.set_ylabel("exact match (fraction)")
-    style.title(match_ax, "held-out, exactly right")
-    return loss_ax, match_ax
+        ax.set_xlabel("training step")
+    panels = {"loss": axes[0], "mse": axes[1] if mse else None, "match": axes[-1]}
+    _log_axis(panels["loss"])
+    panels["loss"].set_ylabel("cross-entropy loss (log scale)")
+    style.title(panels["loss"], "training loss")
+    if mse:
+        _log_axis(panels["mse"])
+        panels["mse"].set_ylabel("MSE of the sum (log scale)")
+        style.title(panels["mse"], "regressor's loss")
+    panels["match"].set_ylim(-0.02, 1.02)
+    panels["match"].set_ylabel("exact match (fraction)")
+    style.title(panels["match"], "held-out, exactly right")
+    return panels
 
 
-def _record_lines(loss_ax, match_ax, record: dict, color: str, dashes: str):
-    """Draw one run (an experiment on one seed) -> its (loss line, exact-match line)."""
-    loss_line, = loss_ax.plot(record["step"], record["loss"], dashes, color=color, linewidth=1)
-    match_line, = match_ax.plot(record["eval_step"], record["exact_match"], dashes, marker="o",
-                                markersize=4, color=color, linewidth=1.5)
-    return loss_line, match_line
+def _record_lines(panels: dict, name: str, record: dict, dashes: str) -> tuple:
+    """Draw one run (experiment `name` on one seed) -> its (raw loss, smoothed loss, exact
+    match) lines. The loss goes on the MSE panel for the regressor, on the cross-entropy
+    panel otherwise; the raw loss is faint, its moving average (`smoothed`) drawn over it."""
+    color = style.experiment_colour(name)
+    ax = panels["mse"] if _is_regressor(name) else panels["loss"]
+    if ax is None:
+        raise ValueError(f"{name!r} is the regressor: its MSE needs the panel of "
+                         f"_lab_axes(fig, mse=True), not the cross-entropy axis")
+    raw, = ax.plot(record["step"], record["loss"], "-", color=color, linewidth=0.8, alpha=0.3)
+    smooth, = ax.plot(record["step"], smoothed(record["loss"]), dashes, color=color, linewidth=1.6)
+    match, = panels["match"].plot(record["eval_step"], record["exact_match"], dashes,
+                                  marker=style.experiment_marker(name), markersize=4, color=color,
+                                  linewidth=1.5)
+    return raw, smooth, match
+
+
+def _lab_handles(names, seeds) -> list:
+    """Colour (and marker) = experiment, line style = seed: one entry each, not one per line."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=style.experiment_colour(name), linewidth=2,
+                      marker=style.experiment_marker(name), markersize=5, label=name)
+               for name in names]
+    handles += [Line2D([], [], color=style.GUIDE_COLOUR, linestyle=SEED_STYLES[i % len(SEED_STYLES)],
+                       label=f"seed {seed}") for i, seed in enumerate(seeds)]
+    return handles
 
 
 def _lab_legend(ax, names, seeds):
-    """Colour = experiment, line style = seed: one entry each, not one per line."""
-    from matplotlib.lines import Line2D
-
-    handles = [Line2D([], [], color=_color(i), linewidth=2, label=name) for i, name in enumerate(names)]
-    handles += [Line2D([], [], color=style.GUIDE_COLOUR, linestyle=SEED_STYLES[i % len(SEED_STYLES)],
-                       label=f"seed {seed}") for i, seed in enumerate(seeds)]
-    return ax.legend(handles=handles, fontsize=style.TICK_PT, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                     borderaxespad=0)
+    """The legend right of `ax` (the overlay widget's place)."""
+    return ax.legend(handles=_lab_handles(names, seeds), fontsize=style.TICK_PT, loc="upper left",
+                     bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
 
 
 def lab_seeds(results: dict) -> list[int]:
@@ -279,29 +322,45 @@ def lab_seeds(results: dict) -> list[int]:
 
 def plot_experiments(results: dict, names):
     """Learning curves of the experiments `names` from run_all's results, every seed drawn:
-    loss per step (left) and held-out exact match (right); colour = experiment, style = seed."""
+    cross-entropy loss per step (left), the regressor's MSE per step (middle, only when
+    "sum, regressor" is among `names`), held-out exact match (right). Colour = experiment
+    (`style.EXPERIMENT_COLOURS`, the same in every figure), line style = seed; the faint
+    loss lines are the raw losses, the strong ones their moving average. One legend below."""
     seeds = lab_seeds(results)
-    fig, _ = style.new_figure(3.4)
-    fig.delaxes(fig.axes[0])              # _lab_axes makes the two panels
-    loss_ax, match_ax = _lab_axes(fig)
-    for i, name in enumerate(names):
+    fig = style.figure(3.7)
+    panels = _lab_axes(fig, mse=any(_is_regressor(name) for name in names))
+    for name in names:
         for j, seed in enumerate(seeds):
-            _record_lines(loss_ax, match_ax, results[name, seed], _color(i),
-                          SEED_STYLES[j % len(SEED_STYLES)])
-    _lab_legend(match_ax, names, seeds)
+            _record_lines(panels, name, results[name, seed], SEED_STYLES[j % len(SEED_STYLES)])
+    fig.legend(handles=_legend_rows(_lab_handles(names, seeds), len(names)),
+               loc="outside lower center", fontsize=style.TICK_PT, ncols=max(len(names), len(seeds)))
     return fig
+
+
+def _legend_rows(handles, count: int) -> list:
+    """The experiments' entries (the first `count`) on the legend's first row, the seeds' on
+    the second: a legend fills column by column, so the two lists are interleaved, blank
+    entries where one is shorter."""
+    from matplotlib.lines import Line2D
+
+    names, seeds = handles[:count], handles[count:]
+    columns = max(len(names), len(seeds))
+    blank = lambda: Line2D([], [], linestyle="none", label=" ")   # noqa: E731
+    names += [blank() for _ in range(columns - len(names))]
+    seeds += [blank() for _ in range(columns - len(seeds))]
+    return [handle for pair in zip(names, seeds) for handle in pair]
 
 
 class ExperimentOverlay(Explorer):
     """Pick experiments -> their learning curves overlaid, from results already computed.
 
     No training on a click: every line of every run is drawn once when the widget is built;
-    `update(names=...)` only shows the chosen ones (colours follow the order of the choice)
-    and makes a new legend. The axes keep the limits of all runs, so their tick labels, the
-    slow part of a draw, stay in the cached background (see `Frames`). `lines[name]` holds
-    the (loss, exact-match) lines of each seed of experiment `name`.
-
-    Give it experiments whose losses compare: the regressor's MSE is not a cross-entropy.
+    `update(names=...)` only shows the chosen ones and makes a new legend. Each experiment
+    keeps its colour (`style.EXPERIMENT_COLOURS`), as in `plot_experiments`. The axes keep
+    the limits of all runs, so their tick labels, the slow part of a draw, stay in the cached
+    background (see `Frames`). `lines[name]` holds the (raw loss, smoothed loss, exact-match)
+    lines of each seed of experiment `name`. The regressor's MSE, if it is among `names`,
+    gets a panel of its own, between the cross-entropy and the exact match.
     """
 
     def __init__(self, results: dict, names, selected=("baseline", "no positions")):
@@ -311,17 +370,20 @@ class ExperimentOverlay(Explorer):
         self.choice = widgets.SelectMultiple(options=list(names), value=tuple(selected),
                                              rows=min(len(names), 12), description="overlay",
                                              layout=widgets.Layout(width="320px"))
+        mse = any(_is_regressor(name) for name in names)
         fig = Figure(figsize=(style.COLUMN_IN, 3.4))  # outside pyplot: the inline backend never shows it
-        self.loss_ax, self.match_ax = _lab_axes(fig)
-        fig.subplots_adjust(left=0.09, right=0.74, bottom=0.15, top=0.90, wspace=0.38)
-        self.lines = {name: [_record_lines(self.loss_ax, self.match_ax, results[name, seed],
-                                           EXPERIMENT_COLORS[0], SEED_STYLES[j % len(SEED_STYLES)])
+        self.panels = _lab_axes(fig, mse=mse)
+        self.loss_ax, self.mse_ax, self.match_ax = (self.panels[k] for k in ("loss", "mse", "match"))
+        fig.subplots_adjust(left=0.09, right=0.74, bottom=0.15, top=0.90,
+                            wspace=0.6 if mse else 0.38)
+        self.lines = {name: [_record_lines(self.panels, name, results[name, seed],
+                                           SEED_STYLES[j % len(SEED_STYLES)])
                              for j, seed in enumerate(self.seeds)] for name in names}
         # The background is drawn once, with an empty legend: transparency hides a legend's
         # frame, not its texts. Every update paints the chosen lines and their legend over it.
         self.legend = self.match_ax.legend(handles=[])
         self.legend.set_visible(False)
-        moving = [line for runs in self.lines.values() for pair in runs for line in pair]
+        moving = [line for runs in self.lines.values() for run in runs for line in run]
         self.hint = widgets.HTML("Ctrl-click (Cmd-click on a Mac) picks several experiments.")
         self._build(fig, moving + [self.legend], [self.choice],
                     [widgets.HBox([self.choice, self.hint])])
@@ -335,12 +397,9 @@ class ExperimentOverlay(Explorer):
         self._set_controls((self.choice, None if names is None else tuple(names)))
         chosen = list(self.choice.value)
         for name, runs in self.lines.items():
-            shown = name in chosen
-            for pair in runs:
-                for line in pair:
-                    line.set_visible(shown)
-                    if shown:
-                        line.set_color(_color(chosen.index(name)))
+            for run in runs:
+                for line in run:
+                    line.set_visible(name in chosen)
         legend = _lab_legend(self.match_ax, chosen, self.seeds)
         moving = self.frames.moving
         moving[moving.index(self.legend)] = self.legend = legend  # the new legend moves instead

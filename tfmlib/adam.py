@@ -101,8 +101,9 @@ def warmup_steps_for(total_steps: int) -> int:
 def warmup_cosine_lr(step: int, peak_lr: float, warmup_steps: int, total_steps: int,
                      final_fraction: float = 0.1) -> float:
     """The learning rate at optimizer step `step` (counted from 1): a linear warm-up from 0
-    to peak_lr over warmup_steps steps, then half a cosine down to final_fraction * peak_lr
-    at total_steps (and kept there after it)."""
+    to peak_lr over steps 1 to warmup_steps (peak_lr at warmup_steps, even when that is also
+    total_steps), then half a cosine down to final_fraction * peak_lr at total_steps (and
+    kept there after it)."""
     _check_warmup_cosine_inputs(step, peak_lr, warmup_steps, total_steps, final_fraction)
     if step <= warmup_steps:
         return peak_lr * step / warmup_steps

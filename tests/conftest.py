@@ -15,6 +15,13 @@ import torch
 os.environ["TFMLIB_PROGRESS"] = os.path.join(tempfile.mkdtemp(prefix="tfmlib-test-progress-"),
                                              "progress.json")
 
+# The run cache (tfmlib/_runcache.py, set by make test) lets nbval load what the notebooks trained
+# in the browser test. The unit tests must train for real (some compare two ways of training), so
+# it leaves their environment here and goes to the browser test's JupyterLab alone
+# (tests/browser/conftest.py). xdist's workers inherit the moved variable.
+if "TFMLIB_RUN_CACHE" in os.environ:
+    os.environ["TFMLIB_BROWSER_RUN_CACHE"] = os.environ.pop("TFMLIB_RUN_CACHE")
+
 # The tests run on a small shared CPU: one intra-op thread per process is much
 # faster for these tiny tensors than several threads fighting over two cores
 # (measured: the training test takes ~13 s with 1 thread, ~45 s with 2).

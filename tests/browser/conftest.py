@@ -206,6 +206,8 @@ def lab_server(tmp_path_factory, chromium_path, notebooks_dir) -> LabServer:
         env[variable] = str(home / name)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop("JUPYTER_PATH", None)  # no kernelspecs or extensions from elsewhere
+    # The notebooks' trained runs, kept for nbval's execution after this test (tests/conftest.py).
+    env["TFMLIB_RUN_CACHE"] = env.pop("TFMLIB_BROWSER_RUN_CACHE", "")
     # jupyter_core prefers a venv's share/jupyter over the user data folder; the venv's
     # python3 kernelspec says just "python". Make the private data folder (and so the
     # kernelspec written below, which names sys.executable) win.

@@ -61,6 +61,17 @@ def test_what_could_change_the_result_makes_a_fresh_run(tmp_path, monkeypatch):
     assert len(CALLS) == 6
 
 
+def test_a_config_field_that_its_repr_leaves_out_makes_a_fresh_run(tmp_path, monkeypatch):
+    """ModelConfig's repr hides `positional` and `scale_scores`: the lab's "no positions" must
+    not load the baseline's run."""
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    CALLS.clear()
+    for config in (ModelConfig(), ModelConfig(positional=False), ModelConfig(scale_scores=False)):
+        torch.manual_seed(7)
+        noisy_run(config, 3.0)
+    assert len(CALLS) == 3
+
+
 def test_a_cached_training_equals_a_fresh_one(tmp_path, monkeypatch):
     options = dict(task="reverse", steps=4, batch_size=8, min_len=2, max_len=4, eval_every=2, eval_size=8, seed=3)
     monkeypatch.delenv(ENV_VAR, raising=False)

@@ -44,7 +44,9 @@ def _fingerprint(value) -> str:
         return f"{type(value).__name__}({', '.join(_fingerprint(v) for v in value)})"
     if isinstance(value, dict):
         return f"dict({', '.join(f'{k!r}: {_fingerprint(v)}' for k, v in sorted(value.items()))})"
-    if dataclasses.is_dataclass(value) or isinstance(value, (str, int, float, bool, type(None))):
+    if dataclasses.is_dataclass(value):  # every field, also those its repr leaves out
+        return f"{type(value).__qualname__}({', '.join(f'{f.name}={_fingerprint(getattr(value, f.name))}' for f in dataclasses.fields(value))})"
+    if isinstance(value, (str, int, float, bool, type(None))):
         return repr(value)
     raise TypeError(f"run cache: cannot fingerprint an argument of type {type(value).__name__}")
 

@@ -86,8 +86,8 @@ TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus
 
 # make test trains each run once: the browser test executes the notebooks that train before nbval
 # does, and nbval's execution loads those runs (tfmlib/_runcache.py: same code, arguments, random
-# state, kernels and threads). Emptied at the start, so that every run of make test trains afresh;
-# never set for the course or the benchmarks.
+# state, kernels and threads; the other kernels' run trains afresh). Emptied at the start, so that
+# every run of make test trains afresh; never set for the course or the benchmarks.
 RUN_CACHE := $(TEST_HOME)/runs
 TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 
@@ -149,7 +149,7 @@ test: install teacher chromium
 	rm -rf $(RUN_CACHE)
 	env $(TEST_RUN_CACHE) $(PYTEST) $(UNIT_XDIST) $(DURATIONS)
 	env $(TEST_RUN_CACHE) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(DURATIONS) $(NOTEBOOKS_DIR)/
-	env $(OTHER_CPU) $(TEST_RUN_CACHE) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(TRAINED_NOTEBOOKS)
+	env $(OTHER_CPU) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(TRAINED_NOTEBOOKS)
 
 # `make test` from a fresh clone of this checkout's HEAD in a temporary folder, as CI runs it:
 # prints the total, each phase and the slowest tests, and records them in benchmarks/TEST_TIME.md.

@@ -154,9 +154,10 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def notebooks(paths=None, echo=None, slowest_cells: int = 0) -> list[Measured]:
+def notebooks(paths=None, echo=None, slowest_cells: int = 0, side_by_side: bool = True) -> list[Measured]:
     """Execute each notebook in turn; then a row for the experiments lab's cells (part of
-    notebook 10's time, not added again); the last row is the whole course's total.
+    notebook 10's time, not added again), the whole course's total, and (`side_by_side`) the
+    wall time of the same notebooks run two at a time.
 
     `echo(line)`, if given, is called as each notebook finishes, with its row and then its
     `slowest_cells` slowest cells, so a long run shows where it is.
@@ -182,10 +183,29 @@ def notebooks(paths=None, echo=None, slowest_cells: int = 0) -> list[Measured]:
                                      run["lab_s"], LAB_TARGET_S, "part of the notebook's time above"))
     if rows:
         total = sum(r.seconds for r in rows)
-        rows.append(Measured("notebook", f"whole course ({len(rows)} notebooks)", total,
-                             COURSE_TARGET_S, f"cells {cells_total:.1f} s, kernel CPU {cpu_total:.1f} s"))
+        rows.append(Measured("notebook", f"whole course ({len(rows)} notebooks), one after the other",
+                             total, COURSE_TARGET_S,
+                             f"cells {cells_total:.1f} s, kernel CPU {cpu_total:.1f} s"))
         rows[-1:-1] = lab_rows
+        if side_by_side and len(paths) > 1:
+            rows.append(notebooks_side_by_side(paths))
     return rows
+
+
+def notebooks_side_by_side(paths, kernels: int = 2) -> Measured:
+    """Wall time of executing `paths` with `kernels` kernels at once, the longest first (what
+    `make notebooks` does with nbval's two workers: one kernel per core of a 2-core machine)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_length = sorted(paths, key=lambda p: "training" not in p.stem)   # 10 first: it is the longest
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=kernels) as pool:
+        runs = list(pool.map(execute_notebook, by_length))
+    seconds = time.perf_counter() - start
+    failed = [run["name"] for run in runs if run["error"]]
+    note = f"{kernels} kernels at once, {os.cpu_count()} cores" + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    return Measured("notebook", f"whole course ({len(paths)} notebooks), {kernels} at a time",
+                    seconds, COURSE_TARGET_S, note)
 
 
 def _row_line(row: Measured) -> str:

@@ -94,8 +94,24 @@ def test_notebook_benchmark_runs_a_copy_and_leaves_the_original(tmp_path):
     before = path.read_bytes()
     rows = course.notebooks([path])
     assert path.read_bytes() == before                   # executed on a copy
-    assert [r.what for r in rows] == ["01_tiny", "whole course (1 notebooks)"]
+    assert [r.what for r in rows] == ["01_tiny", "whole course (1 notebooks), one after the other"]
     assert all(_positive(r.seconds) for r in rows) and "FAILED" not in rows[0].note
+
+
+def test_notebook_benchmark_runs_notebooks_two_at_a_time_and_reports_a_failure(tmp_path):
+    paths = []
+    for name, source in [("01_sleep", "import time; time.sleep(1.0)"), ("02_sleep", "import time; time.sleep(1.0)"),
+                         ("03_broken", "1 / 0")]:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(source)]
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+        paths.append(tmp_path / f"{name}.ipynb")
+    rows = course.notebooks(paths)
+    one_after_the_other, side_by_side = rows[-2], rows[-1]
+    assert side_by_side.what == "whole course (3 notebooks), 2 at a time"
+    # the two sleeps overlap: less than the sequential total by at least most of one sleep
+    assert side_by_side.seconds < one_after_the_other.seconds - 0.5
+    assert "FAILED: 03_broken" in side_by_side.note
 
 
 def test_notebook_benchmark_times_the_experiments_lab_section_apart(tmp_path):
@@ -111,7 +127,7 @@ def test_notebook_benchmark_times_the_experiments_lab_section_apart(tmp_path):
     nbformat.write(nb, path)
     rows = course.notebooks([path])
     assert [r.what for r in rows] == ["10_tiny", "10_tiny: experiments lab cells",
-                                      "whole course (1 notebooks)"]
+                                      "whole course (1 notebooks), one after the other"]
     lab = rows[1]
     assert 0.5 <= lab.seconds < 0.9 and lab.target_s == course.LAB_TARGET_S   # not the 0.4 s after
     assert rows[2].seconds == rows[0].seconds                                 # counted once

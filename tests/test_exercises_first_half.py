@@ -235,9 +235,9 @@ def rope_complex(x, positions=None):   # Llama's way: pairs as complex numbers
     length, dim = x.shape[-2], x.shape[-1]
     if positions is None:
         positions = torch.arange(length)
-    freqs = 10000.0 ** (-torch.arange(0, dim, 2).float() / dim)
-    angles = positions.float()[:, None] * freqs                       # (L, D/2)
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], dim // 2, 2).contiguous())
+    freqs = 10000.0 ** (-torch.arange(0, dim, 2, dtype=x.dtype) / dim)
+    angles = positions.to(x.dtype)[:, None] * freqs                   # (L, D/2)
+    pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], dim // 2, 2).contiguous())
     rotated = pairs * torch.polar(torch.ones_like(angles), angles)
     return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
 

@@ -38,7 +38,7 @@ import torch
 
 from ..adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
                     warmup_inverse_sqrt_lr)
-from .core import Case, Exercise, Mistake, body_is_stub, register
+from .core import Case, Contract, Exercise, Finding, Mistake, body_is_stub, register
 
 # ---- the problems the optimizer is run on -----------------------------------------------------
 
@@ -307,7 +307,7 @@ def _sgd_run(fn, case: Case):
 def _adam_step_variant(*, reinit=False, t_per_parameter=None, bias_correction=True,
                        t_after_update=False, skip_none=True, no_grad=True, in_place=True,
                        fixed_betas=False, eps_inside=False, sign=-1.0, t_kept=True,
-                       missing_as_zero=False, grad_as_scratch=False, fixed_eps=False):
+                       missing_as_zero=False, grad_as_scratch=False, fixed_eps=False, v_is_m=False):
     """adam_step with one classic mistake; the state layout is adam_init's."""
     def step(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
         params = list(parameters)
@@ -332,6 +332,8 @@ def _adam_step_variant(*, reinit=False, t_per_parameter=None, bias_correction=Tr
                     state["t"][i] += 1
                 t = state["t"][i] if t_per_parameter == "own count" else state["t"]
                 g, m, v = p.grad, state["m"][i], state["v"][i]
+                if v_is_m:
+                    v = m
                 if missing_as_zero and g is None:
                     g = torch.zeros_like(p)
                     if missing_as_zero == "written into p.grad":
@@ -413,8 +415,9 @@ register(Exercise(
                 "and use it), else the bias correction always acts as on step 1",
                 _adam(t_kept=False)),
         Mistake("v = m: both names for the same tensors",
-                "assignment shares the object: build v with its own torch.zeros_like(p) for each parameter",
-                (_adam_init_aliased, _adam_step_variant())),
+                "assignment shares the object: m and v must be two tensors per parameter, each made by "
+                "its own torch.zeros_like(p) in adam_init and read from its own list in adam_step",
+                (_adam_init_aliased, _adam_step_variant()), also=(_adam(v_is_m=True),)),
         Mistake("no bias correction",
                 "divide by (1 - beta ** t): m_hat = m / (1 - beta1 ** t), v_hat = v / (1 - beta2 ** t)",
                 _adam(bias_correction=False)),
@@ -702,7 +705,9 @@ def _clip_run(fn, case: Case):
     if isinstance(total_norm, torch.Tensor) and total_norm.is_floating_point():
         total_norm = total_norm.detach().double()  # a norm in float64 (more precise) passes too
     grads = [None if p.grad is None else p.grad.detach().clone() if p.grad is grad
-             else "a new tensor: the p.grad held before was left unscaled" for p, grad in zip(params, held)]
+             else Finding("p.grad was replaced by a new tensor, so the tensor held before (an optimizer "
+                          "holds it) was left unscaled: scale it in place, p.grad.mul_(scale)")
+             for p, grad in zip(params, held)]
     return total_norm, grads, [p.detach().clone() for p in params]
 
 
@@ -922,6 +927,7 @@ def _inverse_sqrt_variant(*, guard=True, shift=0, warm_shift=0, d_power=-0.5, w_
 
 register(Exercise(
     name="warmup_inverse_sqrt_lr",
+    contract=Contract(float64=False, base=1),  # base: the paper's case, where factor is its default
     reference=warmup_inverse_sqrt_lr,
     make_cases=_inverse_sqrt_cases,
     random_cases=_inverse_sqrt_random_cases,
@@ -962,7 +968,7 @@ register(Exercise(
 
 
 def _cosine_cases() -> list[Case]:
-    return [Case("train's schedule: 400 steps, 40 of warm-up, down to a tenth",
+    return [Case("400 steps, 40 of warm-up, down to a tenth",
                  (_Steps("train", tuple(range(0, 401, 1)), (3e-3, 40, 400, 0.1)),)),
             Case("every step from 0 to 25, warm-up 5, down to a quarter",
                  (_Steps("small", tuple(range(0, 26)), (1.0, 5, 20, 0.25)),)),
@@ -1004,6 +1010,7 @@ def _cosine_variant(*, late_warmup=False, progress_from_zero=False, to_zero=Fals
 
 register(Exercise(
     name="warmup_cosine_lr",
+    contract=Contract(float64=False),
     reference=warmup_cosine_lr,
     make_cases=_cosine_cases,
     random_cases=_cosine_random_cases,

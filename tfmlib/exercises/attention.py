@@ -169,7 +169,9 @@ register(Exercise(
     random_cases=_random_cases,
     gradients=True,
     output_names=("context", "weights"),
-    nan_hint="a query row whose keys are all masked must give zero weights and a zero context, not NaN",
+    nan_hint="NaN has two usual causes: exp of a large score overflows to inf and inf / inf = nan "
+             "(subtract each row's maximum before exp, as torch.softmax does), or a query row whose "
+             "keys are all masked (it must give zero weights and a zero context, not 0 / 0)",
     mistakes=[
         Mistake("scores multiplied by sqrt(d_k)",
                 "divide the scores by sqrt(d_k) instead of multiplying",

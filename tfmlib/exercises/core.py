@@ -61,11 +61,22 @@ class Case:
 
     `raises`: the exception type a correct answer must raise on this input (e.g.
     ValueError for shapes that do not broadcast); None when it must return a value.
+    `omit_defaults`: call the function without every trailing argument, and every keyword,
+    whose value is the reference's default, so that the function's own defaults are used.
+    `nudge`: also observe how the output moves when every float input is nudged by about
+    1e-6 (float64 inputs: an answer computing in float32 inside cannot follow so small a change).
     """
     label: str
     args: tuple
     kwargs: dict = field(default_factory=dict)
     raises: type[BaseException] | None = None
+    omit_defaults: bool = False
+    nudge: bool = False
+
+
+class Finding(str):
+    """What a run found about an answer in place of a value it could not take (a p.grad that
+    was replaced, not scaled): a comparison says it as it is."""
 
 
 @dataclass(frozen=True)
@@ -160,11 +171,13 @@ class Exercise:
         working = copy.deepcopy(before, {id(t): t.detach().clone().requires_grad_(t.requires_grad)
                                          for t in _tensors_in((before.args, before.kwargs)) if t.is_leaf})
         leaves = _track_gradients(working, _argument_names(self, case)) if self.gradients else {}
-        value = self.run(fn, working) if self.run is not None else fn(*working.args, **working.kwargs)
+        call = _without_defaults(fn, self.reference) if case.omit_defaults and callable(fn) else fn
+        value = self.run(call, working) if self.run is not None else call(*working.args, **working.kwargs)
         changed = tuple(path for name, old, new in _named_arguments(self, before, working)
                         if name not in self.updates for path in _changes(name, old, new))
         gradients = _gradients(value, leaves) if self.gradients else None
-        return _Outcome(_detached(value), changed, gradients)
+        moved = _moved_by_a_nudge(call, before, _detached(value)) if case.nudge and self.run is None else None
+        return _Outcome(_detached(value), changed, gradients, moved)
 
 
 @dataclass
@@ -173,6 +186,69 @@ class _Outcome:
     value: Any
     changed: tuple[str, ...] = ()
     gradients: dict[str, torch.Tensor] | str | None = None  # a str says why none flowed back
+    moved: Any = None  # how the output moves per unit of a tiny nudge to the inputs (Case.nudge)
+
+
+_NUDGE = 1e-6
+
+
+def _moved_by_a_nudge(fn, case: Case, value):
+    """(fn(inputs + nudge) - value) / _NUDGE for every float tensor of the output, with every float
+    input that holds non-integer values nudged by _NUDGE times a fixed random number in [-1, 1]
+    (masks and positions given as floats hold integers: they stay as they are). In float64 a
+    correct answer moves as the reference does; one that computes in float32 inside loses the
+    nudge in its rounding (float32 resolves about 6e-8) and moves by several percent otherwise."""
+    g = torch.Generator().manual_seed(2)
+
+    def nudged(t: torch.Tensor) -> torch.Tensor:
+        finite = t[torch.isfinite(t)]
+        if not t.is_floating_point() or finite.numel() == 0 or bool((finite == finite.round()).all()):
+            return t
+        step = _NUDGE * (2 * torch.rand(t.shape, generator=g, dtype=torch.float64) - 1)
+        return (t.detach() + step.to(t.dtype)).requires_grad_(t.requires_grad)
+
+    other = copy.deepcopy(_map_tensors(case, nudged))
+    try:
+        moved_value = _detached(fn(*other.args, **other.kwargs))
+    except Exception:  # it raises on the nudged inputs only: the value's comparison tells the rest
+        return None
+    return _per_unit(moved_value, value)
+
+
+def _per_unit(moved, value):
+    """(moved - value) / _NUDGE for each float tensor of `value` (same structure), else None."""
+    if isinstance(value, torch.Tensor):
+        if not (isinstance(moved, torch.Tensor) and value.is_floating_point() and moved.shape == value.shape):
+            return None
+        return (moved.double() - value.double()).nan_to_num(0.0, 0.0, 0.0) / _NUDGE
+    if isinstance(value, (list, tuple)) and isinstance(moved, (list, tuple)) and len(value) == len(moved) \
+            and not hasattr(value, "_fields"):
+        return [_per_unit(m, v) for m, v in zip(moved, value)]
+    if isinstance(value, dict) and isinstance(moved, dict) and value.keys() == moved.keys():
+        return {k: _per_unit(moved[k], value[k]) for k in value}
+    return None
+
+
+def _without_defaults(fn, reference):
+    """fn, called without every trailing positional argument and every keyword argument whose
+    value is the reference's default for it: the answer's own defaults are then used."""
+    try:
+        parameters = list(inspect.signature(reference).parameters.values())
+    except (TypeError, ValueError):
+        return fn
+    by_name = {p.name: p for p in parameters}
+
+    def is_default(parameter, value) -> bool:
+        default = parameter.default
+        return default is not inspect.Parameter.empty and type(value) is type(default) and _same_value(value, default)
+
+    def call(*args, **kwargs):
+        args = list(args)
+        while args and len(args) <= len(parameters) and is_default(parameters[len(args) - 1], args[-1]):
+            args.pop()
+        kwargs = {k: v for k, v in kwargs.items() if not (k in by_name and is_default(by_name[k], v))}
+        return fn(*args, **kwargs)
+    return call
 
 
 def _map_tensors(value, fn):
@@ -332,10 +408,12 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     contract = exercise.contract
     case = own[contract.base]
     names = _argument_names(exercise, case)
-    derived = []
+    # Called again first: an answer that keeps a result from an earlier call fails there, before
+    # the float64 case, whose nudge it would not follow either.
+    derived = _called_again(case, names)
     if contract.float64 and any(t.is_floating_point() for t in _tensors_in((case.args, case.kwargs))):
-        derived.append(dataclasses.replace(_to_float64(case), label="float64 inputs: the output follows"))
-    derived += _called_again(case, names)
+        derived.append(dataclasses.replace(_to_float64(case), label="float64 inputs: the output follows",
+                                           nudge=exercise.run is None and exercise.float64_reference))
     # Every axis but the batch cut to 1 in one case (one query), a batch of one with every
     # other axis tiled long in another; one case per axis where the reference rejects them
     # together. Each case costs the learner's wait; the batch is never cut with the others, as
@@ -383,21 +461,22 @@ def _called_again(case: Case, names: list[str]) -> list[Case]:
 
     keys = [n for n, v in zip(names, case.args) if _has_tensor(v)] \
         + [k for k, v in case.kwargs.items() if _has_tensor(v)]
+    if not keys:
+        return []
     # With two or more tensors, the two calls below also catch a cache keyed by shape alone.
-    # The first call's new values are stored transposed: `.view` on them raises where
-    # `.reshape` works (one case fewer for the learner to wait for).
+    # The new values are stored transposed: `.view` on any of them raises where `.reshape`
+    # works (no case of its own for the learner to wait for).
     stored = " and stored transposed (not contiguous)"
-    if len(keys) <= 1:
-        return [dataclasses.replace(_map_tensors(other(case), _transposed_view),
-                                    label=f"called again: same shapes, other values{stored}")]
-    again = [_with(case, names, keys[0], lambda v: _map_tensors(other(v), _transposed_view),
-                   f"called again: only `{keys[0]}` changed{stored}")]
-    if len(keys) > 1:
-        rest = case
-        for key in keys[1:]:
-            rest = _with(rest, names, key, other, f"called again: all but `{keys[0]}` changed")
-        again.append(rest)
-    return again
+
+    def changed(value):
+        return _map_tensors(other(value), _transposed_view)
+
+    if len(keys) == 1:
+        return [dataclasses.replace(changed(case), label=f"called again: same shapes, other values{stored}")]
+    rest = case
+    for key in keys[1:]:
+        rest = _with(rest, names, key, changed, f"called again: all but `{keys[0]}` changed{stored}")
+    return [_with(case, names, keys[0], changed, f"called again: only `{keys[0]}` changed{stored}"), rest]
 
 
 def _has_tensor(value) -> bool:
@@ -447,8 +526,9 @@ def _defaults_left_out(exercise: Exercise, case: Case, names: list[str]) -> list
         parameters = inspect.signature(exercise.reference).parameters
     except (TypeError, ValueError):  # a pair of functions: the run decides how they are called
         return []
-    if exercise.run is not None:
-        return []
+    if exercise.run is not None:  # the run decides how the function is called: leave out at the call
+        return [dataclasses.replace(case, label="the arguments whose value is their default left out: "
+                                    "your defaults are used", omit_defaults=True)]
     has_default = [name in parameters and parameters[name].default is not inspect.Parameter.empty
                    for name in names]
     cut = len(names)
@@ -733,6 +813,7 @@ def _behaves_like(exercise: Exercise, variant, cases, expected, actual, lenient=
                     outcome, wrong = (dataclasses.replace(o, gradients=None) for o in (outcome, wrong))
             else:
                 both = False
+            outcome, wrong = (dataclasses.replace(o, moved=None) for o in (outcome, wrong))
             if _compare(wrong, outcome, exercise) is not None:
                 return False
             wrong_value_shared |= both or _compare(reference, wrong, exercise) is not None
@@ -855,7 +936,23 @@ def _compare(expected, actual, exercise: Exercise) -> str | None:
         return f"it leaves {', '.join(expected.changed)} unchanged where the other one does not"
     if any(bool(torch.isnan(t).any()) for t in _tensors_in(_unclosed(expected.value))):
         return None  # the gradients of an output that is NaN (nothing to average) say nothing
-    return _compare_gradients(expected.gradients, actual.gradients, exercise)
+    return _compare_gradients(expected.gradients, actual.gradients, exercise) \
+        or _compare_moved(expected.moved, actual.moved)
+
+
+def _compare_moved(expected, actual) -> str | None:
+    """None when the answer's output follows a nudge of the float64 inputs as the reference's
+    does (Case.nudge): to 1e-3 of the largest move, far above float64's rounding (about 1e-9
+    here) and of float32 constants inside (1e-7), far below float32 arithmetic's (about 5e-2)."""
+    pairs = [(e, a) for e, a in zip(_tensors_in(expected), _tensors_in(actual)) if e.shape == a.shape]
+    for e, a in pairs:
+        if e.numel() and float((a - e).abs().max()) > 1e-3 * max(1.0, float(e.abs().max())):
+            return ("float64 inputs computed in float32 inside? The values are close, but when the "
+                    f"inputs move by {_NUDGE:g} your output does not move as the reference's does "
+                    "(float32 cannot resolve so small a change)\nkeep the input's dtype throughout: "
+                    "make new tensors with dtype=x.dtype (torch.zeros(..., dtype=x.dtype), "
+                    "torch.arange(...).to(x.dtype)) and never call .float() on the data")
+    return None
 
 
 def _unclosed(value):
@@ -974,6 +1071,8 @@ def _compare_tensors(expected, actual, exercise: Exercise, path: str) -> str | N
     expected, slack = (expected.value, expected.slack) if isinstance(expected, _Close) else (expected, 0.0)
     if isinstance(actual, _Close):  # two wrong answers' precise outcomes compared with each other
         actual = actual.value
+    if isinstance(actual, Finding):
+        return f"{path}: {actual}"
     if not isinstance(actual, torch.Tensor):
         return f"{path}: expected a tensor, got {type(actual).__name__}"
     if actual.shape != expected.shape:

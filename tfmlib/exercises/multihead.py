@@ -323,7 +323,7 @@ def _mha_random_cases(seed: int) -> list[Case]:
 
 
 def _mha_variant(project=None, split=split_heads, merge=merge_heads, pass_mask=True,
-                 share_projection=False, value_from_key=False, output_projection=True,
+                 share_projection=False, value_from_key=False, kv_from_query=False, output_projection=True,
                  attention=scaled_dot_product_attention):
     """multi_head_attention with one step done wrong."""
     project = project or linear
@@ -331,6 +331,8 @@ def _mha_variant(project=None, split=split_heads, merge=merge_heads, pass_mask=T
     def variant(query, key, value, params, num_heads, mask=None):
         w = {name: ("q" if share_projection else name) for name in "qkv"}
         q = split(project(query, params[f"w_{w['q']}"], params[f"b_{w['q']}"]), num_heads)
+        if kv_from_query:
+            key = value = query
         k = split(project(key, params[f"w_{w['k']}"], params[f"b_{w['k']}"]), num_heads)
         source = key if value_from_key else value
         v = split(project(source, params[f"w_{w['v']}"], params[f"b_{w['v']}"]), num_heads)
@@ -364,8 +366,10 @@ register(Exercise(
     gradients=True,
     run=lambda fn, case: call_naming_view_errors(fn, *case.args, **case.kwargs),
     output_names=("output", "weights"),
-    nan_hint="a query whose keys are all masked must get zero weights (its output is then b_o), not NaN; "
-             "PyTorch's nn.MultiheadAttention gives NaN there",
+    nan_hint="NaN has two usual causes: exp of a large score overflows to inf and inf / inf = nan "
+             "(subtract each row's maximum before exp, as torch.softmax does), or a query whose keys "
+             "are all masked (it must get zero weights, so its output is b_o; PyTorch's "
+             "nn.MultiheadAttention gives NaN there)",
     mistakes=[
         Mistake("x @ W instead of x @ W.T",
                 "weights are stored (out, in) like nn.Linear: project with x @ W.T + b (or tfmlib.linear)",
@@ -389,6 +393,10 @@ register(Exercise(
         Mistake("values projected from the key input",
                 "V comes from the `value` argument: linear(value, w_v, b_v)",
                 _mha_variant(value_from_key=True)),
+        Mistake("keys and values projected from the query input (self-attention only)",
+                "K comes from the `key` argument and V from `value`: in cross-attention they are the "
+                "encoder's memory, not the query",
+                _mha_variant(kv_from_query=True)),
         Mistake("output projection forgotten",
                 "after merging the heads, apply the output projection: linear(merged, w_o, b_o)",
                 _mha_variant(output_projection=False)),

@@ -29,6 +29,7 @@ on only while the learner's function runs (not while the check runs the referenc
 """
 from __future__ import annotations
 
+import dataclasses
 import dis
 import functools
 import importlib
@@ -312,8 +313,8 @@ def watched(fn, watch: _Watch):
 
 
 def vetted(name: str, fn, run_check):
-    """`run_check(answer)`'s result, where `answer` is `fn` watched; a PASS turned into a FAIL
-    when the answer is not the learner's own."""
+    """`run_check(answer)`'s result, where `answer` is `fn` watched: a PASS turned into a FAIL
+    when the answer is not the learner's own; a FAIL that says so too, after what it found."""
     from .core import REGISTRY, CheckResult
     exercise = REGISTRY.get(name) if isinstance(name, str) else None
     if exercise is None:
@@ -321,8 +322,10 @@ def vetted(name: str, fn, run_check):
     table = forbidden(exercise)
     watch = _Watch(table)
     result = run_check(watched(fn, watch))
-    found = (handed_in(table, fn) or watch.found) if result else None
-    if found is None:
+    found = handed_in(table, fn) or watch.found
+    if found is None or result.status == "not attempted":
         return result
     summary, details = found.message(name)
+    if not result:  # what it found stays first (a library's convention is named); this follows
+        return dataclasses.replace(result, details=f"{result.details}\nand {summary}".lstrip())
     return CheckResult(name, "failed", summary, details)

@@ -361,9 +361,10 @@ register(Exercise(
                 "as (D,) or (B, L, 1) that broadcasting repeats over the others",
                 _dropout_variant(mask_shape=lambda x: x.shape[-1:]),
                 also=(_dropout_variant(mask_shape=lambda x: (*x.shape[:-1], 1)),)),
-        Mistake("the same mask on every call (the generator reseeded inside)",
-                "do not call torch.manual_seed inside dropout: every call, in every layer and every "
-                "step, would drop the same entries (and reset the caller's random numbers)",
+        Mistake("the same mask on every call (the generator reseeded inside, or a mask kept from an earlier call)",
+                "draw a new mask on every call: no torch.manual_seed inside dropout (it also resets "
+                "the caller's random numbers) and no mask kept from an earlier call, e.g. one per "
+                "shape; otherwise every layer and every step drops the same entries",
                 _reseeding_dropout),
         Mistake("non-inverted dropout (the 2014 paper): scaled by 1 - p at evaluation",
                 "the 2014 paper multiplies by 1 - p at test time; inverted dropout (nn.Dropout, this "

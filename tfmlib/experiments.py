@@ -190,13 +190,14 @@ COLUMNS = {"exact_match": ("exact match", "{:.0%}"),
 def table(results: dict, names, columns=("exact_match", "loss")) -> str:
     """One line per experiment and seed of run_all's results, the `columns` of `summary`."""
     seeds = sorted({seed for _, seed in results})
-    lines = [f"{'experiment':22}{'seed':>5}   " + "   ".join(COLUMNS[c][0] for c in columns)]
+    width = max(22, *(len(name) + 1 for name in names))                    # the names column
+    lines = [f"{'experiment':{width}}{'seed':>5}   " + "   ".join(COLUMNS[c][0] for c in columns)]
     for name in names:
         for seed in seeds:
             numbers = summary(results[name, seed])
             cells = [COLUMNS[c][1].format(numbers[c]).strip().center(len(COLUMNS[c][0]))
                      for c in columns]
-            lines.append((f"{name:22}{seed:>5}   " + "   ".join(cells)).rstrip())
+            lines.append((f"{name:{width}}{seed:>5}   " + "   ".join(cells)).rstrip())
     return "\n".join(lines)
 
 

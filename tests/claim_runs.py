@@ -48,9 +48,12 @@ def reverse(seed: int) -> dict[str, bool]:
 
 def lab(seed: int) -> dict[str, bool]:
     """Notebook 10, section 9: every experiment of the lab on `seed`."""
-    results = experiments.run_all(experiments.EXPERIMENTS, seeds=(seed,), workers=1)
+    results = experiments.run_all([*experiments.EXPERIMENTS, *experiments.TABLE_EXPERIMENTS],
+                                  seeds=(seed,), workers=1)
     floor = experiments.smoothed_loss_floor(0.1, len(VOCAB))
     return {**claims.lab_no_positions(results), **claims.lab_one_head(results),
+            **claims.lab_many_heads(results), **claims.lab_sum_without_positions(results),
+            **claims.lab_regressor_shuffled(results),
             **claims.lab_no_scaling(results), **claims.lab_layer_norm(results),
             **claims.lab_learning_rate(results), **claims.lab_label_smoothing(results, floor),
             **claims.lab_shuffled_sum(results), **claims.lab_regressor(results)}

@@ -27,6 +27,8 @@ from claim_runs import LM_CONFIG, RECIPES  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = RECIPES["train"]
 LAB, LAB_RUN = experiments.LAB_CONFIG, experiments.LAB_TRAINING
+SIXTEEN_HEADS = experiments.TABLE_EXPERIMENTS["16 heads"].model_config()
+LAB_EXPERIMENT_COUNT = len(experiments.EXPERIMENTS) + len(experiments.TABLE_EXPERIMENTS)
 LM = RECIPES["train_lm"]
 DEFAULTS = {name: p.default for name, p in inspect.signature(train).parameters.items()}
 
@@ -57,6 +59,10 @@ PROSE = [
     ("10_training.ipynb", r"because `d_k = (\d+)` makes the missing factor", LAB.d_model // LAB.num_heads),
     ("10_training.ipynb", r"warm-up over the first (\d+) of \d+ steps", warmup_steps_for(LAB_RUN["steps"])),
     ("10_training.ipynb", r"warm-up over the first \d+ of (\d+) steps", LAB_RUN["steps"]),
+    ("10_training.ipynb", r"Sixteen heads of `d_k = (\d+)`", LAB.d_model // SIXTEEN_HEADS.num_heads),
+    ("10_training.ipynb", r"sixteen heads of `d_k = (\d+)` end at", LAB.d_model // SIXTEEN_HEADS.num_heads),
+    ("10_training.ipynb", r"Fourteen experiments on two seeds make (\d+) runs", 2 * LAB_EXPERIMENT_COUNT),
+    ("10_training.ipynb", r"\((\d+) short trainings\)", 2 * LAB_EXPERIMENT_COUNT),
     ("10_training.ipynb", r"Ten times the lab's peak, ([\d.]+)",
      dict(experiments.EXPERIMENTS["lr x10"].training)["lr"]),
     ("09_adam.ipynb", r"`train` peaks at `lr = ([\d.e-]+)`", TRAIN["lr"]),

@@ -113,6 +113,13 @@ def lab_one_head(results: dict) -> dict[str, bool]:
     return {**_fewer_right(results, "1 head"), **_higher_loss(results, "1 head")}
 
 
+def lab_many_heads(results: dict) -> dict[str, bool]:
+    """Section 9.2: 16 heads of d_k = 2 against the baseline's 4 of d_k = 8."""
+    return {"16 heads (d_k = 2): a lower loss over the last 10 steps than the baseline (d_k = 8), "
+            "on every seed": _on_every_seed(
+                results, lambda s: _loss(results, "16 heads", s) < _loss(results, "baseline", s))}
+
+
 def lab_no_scaling(results: dict) -> dict[str, bool]:
     """Section 9.3: only the loss; in exact answers the gap is within the spread of the seeds."""
     return _higher_loss(results, "no sqrt(d_k)")
@@ -167,6 +174,31 @@ def lab_regressor(results: dict) -> dict[str, bool]:
     return {"sum, regressor: more sums exactly right than the encoder-decoder, on every seed":
             _on_every_seed(results, lambda s: _final(results, "sum, regressor", s)
                            > _final(results, "sum", s))}
+
+
+def lab_sum_without_positions(results: dict) -> dict[str, bool]:
+    """Section 9.8: the sum task without positions, for the encoder-decoder and the regressor."""
+    return {
+        "sum: the loss over the last 10 steps moves by less than 0.25 without positions, on every seed":
+            _on_every_seed(results, lambda s: abs(_loss(results, "sum, no positions", s)
+                                                  - _loss(results, "sum", s)) < 0.25),
+        "sum, regressor: a higher MSE over the last 10 steps without positions, on every seed":
+            _on_every_seed(results, lambda s: _loss(results, "sum, regressor, no positions", s)
+                           > _loss(results, "sum, regressor", s)),
+        "sum, regressor, no positions: every rounded answer unchanged by the shuffle, on every seed":
+            _on_every_seed(results, lambda s: results["sum, regressor, no positions", s][
+                "unchanged_by_shuffle"] == 1.0),
+    }
+
+
+def lab_regressor_shuffled(results: dict) -> dict[str, bool]:
+    """Section 9.8: the regressor with positions, on the held-out sources shuffled."""
+    def close(seed):
+        record = results["sum, regressor", seed]
+        return abs(record["shuffled_mse"] - record["held_out_mse"]) < 0.25 * record["held_out_mse"]
+
+    return {"sum, regressor: its held-out MSE with the digits shuffled is within 25 % of the MSE "
+            "in order, on every seed": _on_every_seed(results, close)}
 
 
 # ---- notebook 10: greedy decoding -----------------------------------------------------------------

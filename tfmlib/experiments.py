@@ -79,6 +79,14 @@ EXPERIMENTS = {
     "sum, regressor": Experiment(training=(("task", "sum"),), model="regressor"),
 }
 
+#: Experiments the notebook reports in tables only. The figures and the overlay widget draw
+#: EXPERIMENTS, each in its own colour (tfmlib.viz.style.EXPERIMENT_COLOURS); these have none.
+TABLE_EXPERIMENTS = {
+    "16 heads": Experiment(config=(("num_heads", 16),)),
+    "sum, regressor, no positions": Experiment(config=(("positional", False),),
+                                               training=(("task", "sum"),), model="regressor"),
+}
+
 
 # ---- running experiments ----------------------------------------------------------------------
 
@@ -86,12 +94,13 @@ EXPERIMENTS = {
 def run(name: str, seed: int) -> dict:
     """Train experiment `name` with `seed` on one CPU thread (bit-reproducible) -> its record:
     {"name", "seed", "step", "loss", "eval_step", "exact_match"}; the sum task adds
-    "shuffled_exact_match" and "unchanged_by_shuffle" (see `shuffle_test`)."""
+    "shuffled_exact_match" and "unchanged_by_shuffle" (`shuffle_test`, `regressor_shuffle_test`)."""
     experiment = _experiment(name)
     config, options = experiment.model_config(), experiment.train_options()
     with _one_thread():
         if experiment.model == "regressor":
             params, history = train_regressor(config, seed=seed, **options)
+            history.update(regressor_shuffle_test(params, config, seed, options))
         else:
             params, history = train(config, seed=seed, **options)
             if options["task"] == "sum":
@@ -139,9 +148,10 @@ def start(names, seeds=(0, 1), workers: int = 2) -> LabRuns:
 
 
 def _experiment(name: str) -> Experiment:
-    if name not in EXPERIMENTS:
-        raise ValueError(f"name: expected one of {list(EXPERIMENTS)}, got {name!r}")
-    return EXPERIMENTS[name]
+    known = EXPERIMENTS | TABLE_EXPERIMENTS
+    if name not in known:
+        raise ValueError(f"name: expected one of {list(known)}, got {name!r}")
+    return known[name]
 
 
 @contextlib.contextmanager
@@ -162,28 +172,32 @@ def summary(record: dict) -> dict:
     numbers = {"exact_match": record["exact_match"][-1],
                "early_loss": sum(loss[:20]) / len(loss[:20]),
                "loss": sum(loss[-10:]) / len(loss[-10:])}
-    return numbers | {key: record[key] for key in ("shuffled_exact_match", "unchanged_by_shuffle")
-                      if key in record}
+    return numbers | {key: record[key] for key in SHUFFLE_TEST_KEYS if key in record}
 
+
+SHUFFLE_TEST_KEYS = ("shuffled_exact_match", "unchanged_by_shuffle", "held_out_mse", "shuffled_mse")
 
 #: The columns `table` can print: heading, and how a number is written.
 COLUMNS = {"exact_match": ("exact match", "{:.0%}"),
            "early_loss": ("loss, steps 1-20", "{:.2f}"),
            "loss": ("loss, last 10 steps", "{:.2f}"),
            "shuffled_exact_match": ("exact match, shuffled", "{:.0%}"),
-           "unchanged_by_shuffle": ("answers unchanged by the shuffle", "{:.0%}")}
+           "unchanged_by_shuffle": ("answers unchanged by the shuffle", "{:.0%}"),
+           "held_out_mse": ("MSE, held out", "{:.1f}"),
+           "shuffled_mse": ("MSE, shuffled", "{:.1f}")}
 
 
 def table(results: dict, names, columns=("exact_match", "loss")) -> str:
     """One line per experiment and seed of run_all's results, the `columns` of `summary`."""
     seeds = sorted({seed for _, seed in results})
-    lines = [f"{'experiment':22}{'seed':>5}   " + "   ".join(COLUMNS[c][0] for c in columns)]
+    width = max(22, *(len(name) + 1 for name in names))                    # the names column
+    lines = [f"{'experiment':{width}}{'seed':>5}   " + "   ".join(COLUMNS[c][0] for c in columns)]
     for name in names:
         for seed in seeds:
             numbers = summary(results[name, seed])
             cells = [COLUMNS[c][1].format(numbers[c]).strip().center(len(COLUMNS[c][0]))
                      for c in columns]
-            lines.append((f"{name:22}{seed:>5}   " + "   ".join(cells)).rstrip())
+            lines.append((f"{name:{width}}{seed:>5}   " + "   ".join(cells)).rstrip())
     return "\n".join(lines)
 
 
@@ -206,13 +220,19 @@ def shuffle_digits(src: torch.Tensor, generator: torch.Generator) -> torch.Tenso
     return shuffled
 
 
+def held_out_and_shuffled(seed: int, options: dict):
+    """The held-out batch that `train` and `train_regressor` score with `seed` -> src (B, Ls),
+    tgt (B, Lt), and src with each row's digits shuffled (B, Ls)."""
+    src, tgt = make_batch(options["task"], options["eval_size"], options["min_len"],
+                          options["max_len"], True, torch.Generator().manual_seed(seed + 1))
+    return src, tgt, shuffle_digits(src, torch.Generator().manual_seed(seed + 2))
+
+
 def shuffle_test(params: dict, config: ModelConfig, seed: int, options: dict) -> dict:
     """Greedy answers to the held-out sources of `train`, in their order and shuffled ->
     {"shuffled_exact_match", "unchanged_by_shuffle"}: the exact match on the shuffled sources
     (a sum does not depend on the order) and the fraction of answers that did not change."""
-    src, tgt = make_batch(options["task"], options["eval_size"], options["min_len"],
-                          options["max_len"], True, torch.Generator().manual_seed(seed + 1))
-    shuffled = shuffle_digits(src, torch.Generator().manual_seed(seed + 2))
+    src, tgt, shuffled = held_out_and_shuffled(seed, options)
     steps = tgt.size(1) - 1
     before = greedy_decode(params, src, config, max_new_tokens=steps)         # (B, Lt)
     after = greedy_decode(params, shuffled, config, max_new_tokens=steps)
@@ -266,6 +286,21 @@ def regress(params: dict, src: torch.Tensor, config: ModelConfig) -> torch.Tenso
     pooled = masked_mean(hidden, src)                                          # (B, D)
     tens = linear(pooled, params["head_weight"], params["head_bias"]).squeeze(-1)  # (B,)
     return SUM_UNIT * tens
+
+
+def regressor_shuffle_test(params: dict, config: ModelConfig, seed: int, options: dict) -> dict:
+    """`shuffle_test` for the regressor: its predictions for the held-out sources of
+    `train_regressor`, in their order and shuffled -> {"shuffled_exact_match",
+    "unchanged_by_shuffle"} (of the rounded predictions), and the held-out MSE of both,
+    {"held_out_mse", "shuffled_mse"}: a model that learned the sum scores the same on both."""
+    src, _, shuffled = held_out_and_shuffled(seed, options)
+    sums = digit_sums(src)                                                     # (B,)
+    with torch.no_grad():
+        before, after = regress(params, src, config), regress(params, shuffled, config)   # (B,)
+    return {"shuffled_exact_match": (after.round() == sums).float().mean().item(),
+            "unchanged_by_shuffle": (after.round() == before.round()).float().mean().item(),
+            "held_out_mse": F.mse_loss(before, sums).item(),
+            "shuffled_mse": F.mse_loss(after, sums).item()}
 
 
 def _check_regress_inputs(params, src, config) -> None:

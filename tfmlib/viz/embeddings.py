@@ -76,6 +76,35 @@ def plot_pe_similarity(pe, anchors=(0, 10, 25), ax=None):
     return ax
 
 
+def plot_rope_distance(distances, same: dict, unrelated, unrelated_label: str, ax=None):
+    """RoPE scores q · k against the distance between query and key, each divided by the width D.
+
+    same: {label: (N, K) scores of N random vectors with a copy of themselves at each of the K
+    distances}, drawn as their mean; unrelated: (N, K) scores of N unrelated pairs, drawn as
+    their mean with a band of one standard deviation on either side, labelled `unrelated_label`.
+    """
+    if ax is None:
+        _, ax = new_figure(3.6, width=7)
+    x = _numpy(distances)
+    for n, (label, scores) in enumerate(same.items()):
+        values = _numpy(scores)
+        ax.plot(x, values.mean(axis=0), label=label, linewidth=1.8,
+                color=PALETTE[n], linestyle=("-", "--")[n % 2])
+    values = _numpy(unrelated)
+    mean, spread = values.mean(axis=0), values.std(axis=0)
+    ax.fill_between(x, mean - spread, mean + spread, color=PALETTE[2], alpha=0.2,
+                    label=f"{unrelated_label}: mean ± one standard deviation")
+    ax.plot(x, mean, color=PALETTE[2], linewidth=1.2, linestyle=":")
+    ax.axhline(0, color=GUIDE_COLOUR, linewidth=0.8)
+    ax.set_xlabel("distance between the query's and the key's positions")
+    ax.set_ylabel("score q · k / D")
+    ax.set_ylim(-0.4, 1.45)
+    style.title(ax, "RoPE: the score of a vector with itself falls with distance, on average")
+    ax.legend(loc="upper right", fontsize=TICK_PT)
+    ax.grid(alpha=0.3)
+    return ax
+
+
 def plot_score_matrix(scores, ax=None, title: str = "", cbar_label: str = "q_m · k_n"):
     """An (L, L) matrix of query-key dot products, with its values written in the cells."""
     if ax is None:

@@ -83,7 +83,7 @@ def plot_score_matrix(scores, ax=None, title: str = "", cbar_label: str = "q_m Â
     values = _numpy(scores)
     length = values.shape[0]
     image = heatmap(ax, values, title=title, xlabel="key position n", ylabel="query position m",
-                    signed=True, cbar_label=cbar_label)
+                    signed=True, cbar_label=cbar_label, aspect="equal")
     limit = signed_limits(values)[1]
     ax.set_xticks(range(length), labels=range(length), rotation=0)
     ax.set_yticks(range(length))

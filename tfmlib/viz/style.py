@@ -199,13 +199,13 @@ def colorbar(fig, image, ax, label: str, **kwargs):
 
 def attention_heatmap(ax, weights, query_tokens=None, key_tokens=None, masked=None, *,
                       title_text: str = "", colorbar_: bool = True, xlabel: str = KEY_LABEL,
-                      ylabel: str = QUERY_LABEL, aspect: str = "auto"):
+                      ylabel: str = QUERY_LABEL, aspect: str = "equal"):
     """The one attention-map look on `ax`; returns the image artist (keep it for `set_data`).
 
     weights: (Lq, Lk), drawn on a fixed 0-1 viridis scale, queries down, keys across.
     masked: (Lq, Lk) bool (True = masked) or None; masked cells, and NaN weights (fully
     masked rows), are drawn grey, not as a weight of 0. Tokens label both axes.
-    aspect: "equal" draws square cells (both axes are tokens; the figure must fit the map).
+    aspect: "equal" (square cells: both axes count tokens) unless a figure has a reason.
     """
     image = ax.imshow(masked_weights(weights, masked), cmap=ATTENTION_CMAP, vmin=0.0, vmax=1.0,
                       interpolation="nearest", aspect=aspect)

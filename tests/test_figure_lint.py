@@ -336,3 +336,41 @@ def test_the_nbval_plugin_fails_each_cell_that_shows_a_broken_figure_or_widget_f
     assert outcomes == {0: "PASSED", 1: "PASSED", 2: "FAILED", 3: "PASSED", 4: "FAILED"}, report[-3000:]
     assert "problem(s) in this figure:" in report and "text outside the canvas" in report, report[-3000:]
     assert "problem(s) in this frame of PositionalEncodingExplorer:" in report, report[-3000:]
+
+
+# ---- one colour per idea (style.IDEA_COLOURS) ----------------------------------------------------
+
+def test_every_query_by_key_map_names_its_axes_in_the_query_and_key_colours():
+    from tfmlib.viz.embeddings import plot_score_matrix
+    from tfmlib.viz.masks import plot_masks
+    from tfmlib.viz.multihead import plot_heads
+    from tfmlib.viz.style import IDEA_COLOURS
+
+    tokens = list("abcd")
+    weights = torch.softmax(torch.randn(1, 2, 4, 4, generator=torch.Generator().manual_seed(0)), -1)
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool))[None, None]
+    fig, ax = new_figure(3)
+    attention_heatmap(ax, weights[0, 0], tokens, tokens)
+    axes = {"attention_heatmap": ax, "plot_masks": plot_masks(causal, [tokens]).axes[0],
+            "plot_heads": plot_heads(weights[0], tokens).axes[0],
+            "plot_score_matrix": plot_score_matrix(weights[0, 0]).axes}
+    for name, ax in axes.items():
+        assert matplotlib.colors.same_color(ax.xaxis.label.get_color(), IDEA_COLOURS["key"]), name
+        assert matplotlib.colors.same_color(ax.yaxis.label.get_color(), IDEA_COLOURS["query"]), name
+
+
+def test_training_and_held_out_curves_keep_their_colours_in_10_and_b1():
+    from tfmlib.viz.language_model import plot_training
+    from tfmlib.viz.style import IDEA_COLOURS
+    from tfmlib.viz.training import plot_training_curves
+
+    history = {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.0], "eval_step": [1, 3], "exact_match": [0.1, 0.5],
+               "val_loss": [3.1, 1.5]}
+    loss, match = plot_training_curves(history).axes[:2]
+    lm = plot_training(history, {"unigram": 2.5}).axes[0]
+    for line in (loss.lines[0], lm.lines[0]):
+        assert matplotlib.colors.same_color(line.get_color(), IDEA_COLOURS["train"])
+    for line in (match.lines[0], lm.lines[1]):
+        assert matplotlib.colors.same_color(line.get_color(), IDEA_COLOURS["held-out"])
+    assert len({matplotlib.colors.to_hex(c) for c in (IDEA_COLOURS["train"], IDEA_COLOURS["held-out"],
+                                                       IDEA_COLOURS["query"], IDEA_COLOURS["key"])}) == 4

@@ -171,10 +171,12 @@ def run_notebook(path: Path, into: Path) -> dict:
 
 
 def where_from(cells, execution_count) -> str:
-    """'cell 12 (In [7]): first line of its code' for the code cell that ran as In [n]."""
+    """'cell 12 of 40 (In [7]): its first line of code' for the code cell that ran as In [n]
+    (comments skipped: the code says which figure it is)."""
     for number, cell in enumerate(cells, start=1):
         if cell.cell_type == "code" and cell.get("execution_count") == execution_count:
-            first = next((line for line in cell.source.splitlines() if line.strip()), "")
+            code = [line for line in cell.source.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+            first = code[0] if code else ""
             return f"cell {number} of {len(cells)} (In [{execution_count}]): {first}"
     return f"In [{execution_count}]"
 

@@ -15,7 +15,7 @@ import torch
 from .. import causal_mask, padding_mask
 from . import style
 from .common import Explorer, heatmap, panel_row
-from .style import KEY_LABEL, MASK_CMAP, QUERY_LABEL, TITLE_PT, figure, freeze_layout
+from .style import MASK_CMAP, TITLE_PT, figure, freeze_layout
 
 
 def per_sample_grids(mask: torch.Tensor, batch: int) -> torch.Tensor:
@@ -45,8 +45,8 @@ def mask_grid(ax, grid, x_labels, y_labels, title: str = ""):
     """One (Lq, Lk) bool grid on `ax` with labels; returns the image artist."""
     grid = grid.float() if isinstance(grid, torch.Tensor) else np.asarray(grid, dtype=float)
     image = heatmap(ax, grid, x_labels=x_labels, y_labels=y_labels, title=title,
-                    xlabel=KEY_LABEL, ylabel=QUERY_LABEL, cmap=MASK_CMAP, vmin=0, vmax=1,
-                    colorbar=False, aspect="equal")
+                    cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False, aspect="equal")
+    style.name_query_key_axes(ax)
     _grid_lines(ax, grid.shape[0], grid.shape[1])
     return image
 
@@ -170,9 +170,9 @@ class _MaskPanels:
         self.borders = []
         for b, ax in enumerate(self.axes):
             image = heatmap(ax, blank, x_labels=positions, y_labels=positions,
-                            title=f"sample {b}", xlabel="key position",
-                            ylabel="query position" if b == 0 else "",
-                            cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False, aspect="equal")
+                            title=f"sample {b}", cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False,
+                            aspect="equal")
+            style.name_query_key_axes(ax, "key position", "query position" if b == 0 else "")
             ax.tick_params(axis="x", labelrotation=0)
             self.images.append(image)
             self.borders.append(_cell_borders(ax, seq_len, seq_len))

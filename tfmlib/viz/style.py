@@ -15,8 +15,10 @@ Colour. Categories and lines take the Okabe-Ito palette (told apart with any col
 vision), and lines also differ in line style and marker, so they differ in grey too.
 Values from 0 up (attention weights) use viridis; signed values use RdBu_r centred at 0.
 Masked or padded positions are drawn in `MASKED_COLOUR` (a masked array's "bad" colour),
-never as a weight of 0. Each experiment of notebook 10's lab has one colour of its own in
-every figure (`EXPERIMENT_COLOURS`). `lint.py` checks all of this on live figures.
+never as a weight of 0. One idea keeps one colour in every notebook (`IDEA_COLOURS`: the
+query and the key, training and held-out data, masked positions), and each experiment of
+notebook 10's lab has one colour of its own in every figure (`EXPERIMENT_COLOURS`).
+`lint.py` checks all of this on live figures.
 """
 from __future__ import annotations
 
@@ -56,6 +58,19 @@ MASK_CMAP = ListedColormap([MASKED_COLOUR, PALETTE[2]], name="mask")
 #: text readable; <pad> is the masked grey, as it is in every attention map.
 TOKEN_KIND_COLOURS = ("#bfdcef", "#b3e0d2", "#f4c3a6", MASKED_COLOUR)
 TOKEN_KIND_CMAP = ListedColormap(TOKEN_KIND_COLOURS, name="token_kinds")
+
+#: One colour per idea, course-wide: a figure that shows one of these ideas draws it in this
+#: colour, whichever notebook it is in, so that a learner carries the colour from one lesson to
+#: the next: the axis names of every attention map (queries down in blue, keys across in
+#: vermillion), the training curve against the held-out one (10, b1), every masked cell. Ideas
+#: that no figure shows together may share a colour with a lab experiment.
+IDEA_COLOURS = {
+    "query": PALETTE[0],          # blue
+    "key": PALETTE[1],            # vermillion
+    "train": PALETTE[2],          # bluish green: measured on the batches the model learns from
+    "held-out": PALETTE[4],       # reddish purple: measured on data it never trained on
+    "masked": MASKED_COLOUR,
+}
 
 #: The colour maps a figure may use (lint.py checks it).
 ALLOWED_CMAPS = frozenset({SEQUENTIAL_CMAP, DIVERGING_CMAP, MASK_CMAP.name, TOKEN_KIND_CMAP.name})
@@ -101,6 +116,12 @@ def experiment_marker(name: str) -> str:
 QUERY_LABEL = "query (the token looking)"
 KEY_LABEL = "key (the token looked at)"
 ATTENTION_CBAR_LABEL = "attention weight (grey: masked)"
+
+
+def name_query_key_axes(ax, xlabel: str = KEY_LABEL, ylabel: str = QUERY_LABEL) -> None:
+    """Axis names of a query-by-key map, each in its idea's colour (`IDEA_COLOURS`)."""
+    ax.set_xlabel(xlabel, fontsize=LABEL_PT, color=IDEA_COLOURS["key"])
+    ax.set_ylabel(ylabel, fontsize=LABEL_PT, color=IDEA_COLOURS["query"])
 
 
 def line_style(i: int) -> dict:
@@ -214,8 +235,7 @@ def attention_heatmap(ax, weights, query_tokens=None, key_tokens=None, masked=No
     if query_tokens is not None:
         ax.set_yticks(range(len(query_tokens)), labels=list(query_tokens))
     ax.tick_params(length=0, labelsize=TICK_PT)
-    ax.set_xlabel(xlabel, fontsize=LABEL_PT)
-    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
+    name_query_key_axes(ax, xlabel, ylabel)
     if title_text:
         title(ax, title_text)
     if colorbar_:

@@ -17,6 +17,7 @@ CELLS = [
     ("code", "fig, ax = plt.subplots(figsize=(3, 2), layout='constrained')\nax.plot([0, 1], [1, 0])\nplt.show()"),
     ("code", f"fig, ax = plt.subplots(figsize=(3, 2))\n{BROKEN}\nplt.show()"),
     ("code", "explorer = PositionalEncodingExplorer()\nexplorer.widget"),
+    ("code", "explorer.update(pos_i=7)\nexplorer.snapshot()"),
 ]
 
 
@@ -41,16 +42,19 @@ def test_the_gallery_shows_each_figure_and_widget_state_with_its_cell_and_lints_
     assert status == 1                                     # the broken figure fails the build
     assert notebook.read_text() == before                  # the notebook itself is left as it was
     listed = re.findall(r"<li class='problem'>([^<]*)</li>", page)
-    assert listed and all(line.startswith("small.ipynb, cell 4 of 5 (In [3]): fig, ax = plt.subplots")
+    assert listed and all(line.startswith("small.ipynb, cell 4 of 6 (In [3]): fig, ax = plt.subplots")
                           for line in listed), listed            # the broken figure's, and only its
     assert any("text outside the canvas: &#x27;a note that runs off" in line for line in listed), listed
-    figures = re.findall(r"<b>figure</b>, cell (\d) of 5", page)
+    figures = re.findall(r"<b>figure</b>, cell (\d) of 6", page)
     assert figures == ["3", "4"]
-    frames = re.findall(r"<b>widget frame</b>, cell 5 of 5 \(In \[4\]\): [^<]*<br>PositionalEncodingExplorer: ([^<]*)<", page)
+    frames = re.findall(r"<b>widget frame</b>, cell 5 of 6 \(In \[4\]\): [^<]*<br>PositionalEncodingExplorer: ([^<]*)<", page)
     assert frames[0] == "as the cell leaves it" and len(frames) >= 5, frames
     assert "d_model = 4" in frames                         # a slider at its ends: another frame
+    still = re.findall(r"<b>widget frame</b>, cell 6 of 6 \(In \[5\]\): explorer.update\(pos_i=7\)<br>"
+                       r"PositionalEncodingExplorer: the still picture the notebook shows", page)
+    assert len(still) == 1                                 # a snapshot is a picture of the notebook too
     images = re.findall(r"<img src='([^']+)'", page)
-    assert len(images) == 2 + len(frames)
+    assert len(images) == 2 + len(frames) + 1
     pictures = {(out / image).read_bytes() for image in images}
     assert all(picture.startswith(b"\x89PNG") for picture in pictures)
     assert len(pictures) == len(images)                   # every state drew a frame of its own

@@ -7,9 +7,10 @@ notebooks on one HTML page, each with the notebook and the cell it comes from, a
 For review, and for a teacher preparing a lesson: the page shows what a learner sees without
 running anything. Each notebook runs in a fresh kernel (nbclient; the notebook file is not
 changed), two at a time. A startup hook in the kernel (KERNEL_HOOK) keeps each figure the inline
-backend shows, and after each cell drives every widget the cell built through a few values of
-each control (the ends of a slider, the first and last option, a checkbox flipped, a text cut to
-its first word and doubled), keeping each frame, then sets the control back. Every figure and
+backend shows and each still of a widget (`snapshot()`), and after each cell drives every widget
+the cell built through a few values of each control (the ends of a slider, the first and last
+option, a checkbox flipped, a text cut to its first word and doubled), keeping each frame, then
+sets the control back. Every figure and
 frame goes through the figure lint (tfmlib/viz/lint.py); its problems are listed at the top of
 the page and beside the picture, and make the exit status 1, as a cell that fails does.
 """
@@ -59,6 +60,13 @@ def _gallery_print_figure(self, filename, *args, _original=_Canvas.print_figure,
     if hasattr(filename, "getvalue") and kwargs.get("format", "png") == "png":   # the inline backend
         _gallery_keep("figure", filename.getvalue(), problems)
     return result
+
+
+def _gallery_snapshot(self, _original=_Explorer.snapshot):
+    """The still of a widget that a notebook shows for viewers without widgets."""
+    _gallery_keep("widget", self.png(), _lint_figure(self.fig),
+                  f"{type(self).__name__}: the still picture the notebook shows (snapshot)")
+    return _original(self)
 
 
 def _gallery_build(self, *args, _original=_Explorer._build, **kwargs):
@@ -139,7 +147,7 @@ def _gallery_post_run_cell(result):
             records.write(_json.dumps({**record, "execution_count": result.execution_count}) + "\n")
 
 
-_Canvas.print_figure, _Explorer._build = _gallery_print_figure, _gallery_build
+_Canvas.print_figure, _Explorer._build, _Explorer.snapshot = _gallery_print_figure, _gallery_build, _gallery_snapshot
 _get_ipython().events.register("post_run_cell", _gallery_post_run_cell)
 '''
 

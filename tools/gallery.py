@@ -115,7 +115,7 @@ def _gallery_shown(control, attribute, setting):
         labels = [option[0] if isinstance(option, tuple) else option for option in control.options]
         shown = [labels[i] for i in setting] if isinstance(setting, tuple) else labels[setting]
     else:
-        shown = setting
+        shown = float(f"{setting:.4g}") if isinstance(setting, float) else setting   # a log slider's end
     return f"{name} = {shown!r}"
 
 

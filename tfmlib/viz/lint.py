@@ -24,7 +24,9 @@ drawn, and invisible or empty texts are skipped. Overlaps of texts turned by oth
 multiple of 90 degrees are not checked: their boxes overlap while their glyphs do not.
 
 Widget tests call `lint_explorer(explorer)` after each control change (or
-`assert_readable`, which fails with the list).
+`assert_readable`, which fails with the list); nbval runs the lint on every figure and frame of
+the notebooks (tests/nbval_figure_lint.py), and `make gallery` on a few states of every widget
+(tools/gallery.py).
 """
 from __future__ import annotations
 

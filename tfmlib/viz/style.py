@@ -47,23 +47,11 @@ GUIDE_COLOUR = "#666666"      #: reference lines and notes that are not data
 ERROR_COLOUR = "#b3261e"      #: text that says something is wrong (HTML notes of the widgets)
 MASKED_COLOUR = "#d0d0d0"     #: masked / padded / blocked positions, in every map
 
-SEQUENTIAL_CMAP = "viridis"   #: values from 0 up, e.g. attention weights (0-1)
-DIVERGING_CMAP = "RdBu_r"     #: signed values, always with limits symmetric about 0
-
-#: Attention weights: viridis, masked positions grey (a masked array's bad value).
-ATTENTION_CMAP = mpl.colormaps[SEQUENTIAL_CMAP].with_extremes(bad=MASKED_COLOUR)
-#: A bool mask: False (blocked) is the masked grey, True (may attend) bluish green.
-MASK_CMAP = ListedColormap([MASKED_COLOUR, PALETTE[2]], name="mask")
-#: Token kinds of notebook 02 (word, <bos>/<eos>, <unk>, <pad>): light tints keep black
-#: text readable; <pad> is the masked grey, as it is in every attention map.
-TOKEN_KIND_COLOURS = ("#bfdcef", "#b3e0d2", "#f4c3a6", MASKED_COLOUR)
-TOKEN_KIND_CMAP = ListedColormap(TOKEN_KIND_COLOURS, name="token_kinds")
-
 #: One colour per idea, course-wide: a figure that shows one of these ideas draws it in this
 #: colour, whichever notebook it is in, so that a learner carries the colour from one lesson to
 #: the next: the axis names of every attention map (queries down in blue, keys across in
 #: vermillion), the training curve against the held-out one (10, b1), every masked cell. Ideas
-#: that no figure shows together may share a colour with a lab experiment.
+#: that no figure shows together may share a colour (a lab experiment's, the mask's "may attend").
 IDEA_COLOURS = {
     "query": PALETTE[0],          # blue
     "key": PALETTE[1],            # vermillion
@@ -71,6 +59,18 @@ IDEA_COLOURS = {
     "held-out": PALETTE[4],       # reddish purple: measured on data it never trained on
     "masked": MASKED_COLOUR,
 }
+
+SEQUENTIAL_CMAP = "viridis"   #: values from 0 up, e.g. attention weights (0-1)
+DIVERGING_CMAP = "RdBu_r"     #: signed values, always with limits symmetric about 0
+
+#: Attention weights: viridis, masked positions grey (a masked array's bad value).
+ATTENTION_CMAP = mpl.colormaps[SEQUENTIAL_CMAP].with_extremes(bad=IDEA_COLOURS["masked"])
+#: A bool mask: False (blocked) is the masked grey, True (may attend) bluish green.
+MASK_CMAP = ListedColormap([IDEA_COLOURS["masked"], PALETTE[2]], name="mask")
+#: Token kinds of notebook 02 (word, <bos>/<eos>, <unk>, <pad>): light tints keep black
+#: text readable; <pad> is the masked grey, as it is in every attention map.
+TOKEN_KIND_COLOURS = ("#bfdcef", "#b3e0d2", "#f4c3a6", IDEA_COLOURS["masked"])
+TOKEN_KIND_CMAP = ListedColormap(TOKEN_KIND_COLOURS, name="token_kinds")
 
 #: The colour maps a figure may use (lint.py checks it).
 ALLOWED_CMAPS = frozenset({SEQUENTIAL_CMAP, DIVERGING_CMAP, MASK_CMAP.name, TOKEN_KIND_CMAP.name})

@@ -9,6 +9,7 @@
 #   make notebooks-other-cpu  the notebooks that train, under nbval with other CPU kernels
 #   make browser    the real-browser test (tests/browser/), installs chromium if missing
 #   make bench      python -m benchmarks
+#   make gallery    every figure and a few states of every widget on one page, linted (build/gallery/)
 #   make notebook-times  time each notebook headless and the total (NB="05 09" for some)
 #   make mutants    mutation test of the exercise checks; writes benchmarks/MUTANTS.md
 #   make execute    re-execute every notebook in place to refresh its stored outputs
@@ -93,7 +94,7 @@ TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench gallery notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -171,6 +172,11 @@ browser: install chromium
 
 bench: install
 	$(TEST_ENV) $(PY) -m benchmarks
+
+# Every static figure and a few states of every widget of the notebooks, linted, on one page:
+# build/gallery/index.html (tools/gallery.py). Fails when the figure lint finds a problem.
+gallery: install
+	$(TEST_ENV) $(PY) tools/gallery.py
 
 # The notebooks' part of the benchmark alone, with each notebook's five slowest cells.
 NB ?=

@@ -202,6 +202,87 @@ def test_attention_heatmap_draws_masked_cells_as_bad_not_as_zero():
     assert not np.allclose(rgba[0, 1], image.cmap(0.0))           # not the colour of a 0 weight
 
 
+def test_stretched_tiles_are_caught_where_both_axes_count_tokens():
+    """Issue 23: 08's and 10's attention maps had cells twice as wide as tall."""
+    fig, ax = new_figure(3)
+    tokens = list("abcd")
+    weights = torch.softmax(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)), -1)
+    image = attention_heatmap(ax, weights, tokens, tokens, aspect="auto")   # stretched
+    assert "tiles not square" in _one_problem(fig, "tiles not square")
+    image.axes.set_aspect("equal")
+    assert lint_figure(fig) == []
+
+
+def test_a_stretched_map_of_two_different_units_is_not_counted():
+    fig, ax = new_figure(3)
+    ax.imshow(np.random.default_rng(0).random((4, 16)), aspect="auto")   # positions x dimensions
+    ax.set_xlabel("dimension")
+    ax.set_ylabel("position")
+    assert lint_figure(fig) == []
+    ax.set_xlabel("position")                                            # the same unit on both
+    _one_problem(fig, "tiles not square")
+
+
+def test_two_series_in_one_colour_are_caught():
+    """Issue 23: 01's explorer drew a and b in the same colour."""
+    fig, ax = new_figure(3)
+    ax.plot([0, 1], [0, 1], color="C0", label="train")
+    ax.plot([0, 1], [1, 0], color="C0", linestyle="--", label="held-out")
+    assert "'train' and 'held-out'" in _one_problem(fig, "two series in the same colour")
+    ax.lines[1].set_color("C1")
+    ax.plot([0], [0], "k*", label="minimum")                            # landmarks, one point each,
+    ax.plot([1], [1], "ko", label="start")                              # told apart by their markers
+    assert lint_figure(fig) == []
+
+
+def test_bars_and_scatters_of_one_colour_are_caught_and_a_faint_unlabelled_line_is_not():
+    fig, ax = new_figure(3)
+    ax.bar([0, 1], [1, 2], color="#0072B2", label="kept")
+    ax.scatter([0.5, 1.5], [1.5, 0.5], color="#0072B2", label="drawn")
+    ax.plot([0, 1], [0, 2], color="#0072B2", alpha=0.3)                  # raw curve under a smooth one
+    problem = _one_problem(fig, "two series in the same colour")
+    assert "'kept'" in problem and "'drawn'" in problem
+
+
+def test_two_legend_entries_that_look_the_same_are_caught_and_dashes_tell_seeds_apart():
+    from matplotlib.lines import Line2D
+
+    fig, ax = new_figure(3)
+    ax.plot([0, 1], [0, 1])
+    seeds = [Line2D([], [], color="grey", linestyle=style, label=f"seed {i}") for i, style in enumerate("-:")]
+    ax.legend(handles=seeds, loc="lower right")
+    assert lint_figure(fig) == []                                       # same colour, other dashes
+    seeds[1].set_linestyle("-")
+    ax.legend(handles=seeds, loc="lower right")
+    assert "'seed 0' and 'seed 1'" in _one_problem(fig, "two legend entries look the same")
+
+
+def test_a_count_in_a_title_that_disagrees_with_the_panels_is_caught():
+    fig, axes = new_figure(3, ncols=3)
+    for ax in axes:
+        ax.imshow(np.eye(3))
+    fig.suptitle("4 heads, one map each")
+    assert "counts 4 heads above 3 panels" in _one_problem(fig, "counts 4 heads")
+    fig.suptitle("3 heads, one map each")
+    assert lint_figure(fig) == []
+
+
+def test_a_count_in_an_axes_title_that_disagrees_with_its_map_is_caught():
+    fig, ax = new_figure(3)
+    ax.imshow(np.eye(3)[:, :2].repeat(3, axis=1))                       # 3 rows x 6 columns
+    ax.set_title("5 keys")
+    assert "of 6 columns" in _one_problem(fig, "counts 5 keys")
+    ax.set_title("3 queries x 6 keys; 2 of 9 tokens kept")               # a part of a whole: not a count
+    assert lint_figure(fig) == []
+
+
+def test_heads_tiled_into_one_map_are_not_counted_as_panels():
+    fig, ax = new_figure(3)
+    ax.imshow(np.zeros((3, 13)))                                         # 4 heads side by side
+    fig.text(0.5, 0.98, "2 layer(s) x 4 head(s)", ha="center", va="top")
+    assert lint_figure(fig) == []
+
+
 # ---- the style's colours -------------------------------------------------------------------------
 
 def _lightness(rgb) -> np.ndarray:
@@ -255,3 +336,41 @@ def test_the_nbval_plugin_fails_each_cell_that_shows_a_broken_figure_or_widget_f
     assert outcomes == {0: "PASSED", 1: "PASSED", 2: "FAILED", 3: "PASSED", 4: "FAILED"}, report[-3000:]
     assert "problem(s) in this figure:" in report and "text outside the canvas" in report, report[-3000:]
     assert "problem(s) in this frame of PositionalEncodingExplorer:" in report, report[-3000:]
+
+
+# ---- one colour per idea (style.IDEA_COLOURS) ----------------------------------------------------
+
+def test_every_query_by_key_map_names_its_axes_in_the_query_and_key_colours():
+    from tfmlib.viz.embeddings import plot_score_matrix
+    from tfmlib.viz.masks import plot_masks
+    from tfmlib.viz.multihead import plot_heads
+    from tfmlib.viz.style import IDEA_COLOURS
+
+    tokens = list("abcd")
+    weights = torch.softmax(torch.randn(1, 2, 4, 4, generator=torch.Generator().manual_seed(0)), -1)
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool))[None, None]
+    fig, ax = new_figure(3)
+    attention_heatmap(ax, weights[0, 0], tokens, tokens)
+    axes = {"attention_heatmap": ax, "plot_masks": plot_masks(causal, [tokens]).axes[0],
+            "plot_heads": plot_heads(weights[0], tokens).axes[0],
+            "plot_score_matrix": plot_score_matrix(weights[0, 0]).axes}
+    for name, ax in axes.items():
+        assert matplotlib.colors.same_color(ax.xaxis.label.get_color(), IDEA_COLOURS["key"]), name
+        assert matplotlib.colors.same_color(ax.yaxis.label.get_color(), IDEA_COLOURS["query"]), name
+
+
+def test_training_and_held_out_curves_keep_their_colours_in_10_and_b1():
+    from tfmlib.viz.language_model import plot_training
+    from tfmlib.viz.style import IDEA_COLOURS
+    from tfmlib.viz.training import plot_training_curves
+
+    history = {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.0], "eval_step": [1, 3], "exact_match": [0.1, 0.5],
+               "val_loss": [3.1, 1.5]}
+    loss, match = plot_training_curves(history).axes[:2]
+    lm = plot_training(history, {"unigram": 2.5}).axes[0]
+    for line in (loss.lines[0], lm.lines[0]):
+        assert matplotlib.colors.same_color(line.get_color(), IDEA_COLOURS["train"])
+    for line in (match.lines[0], lm.lines[1]):
+        assert matplotlib.colors.same_color(line.get_color(), IDEA_COLOURS["held-out"])
+    assert len({matplotlib.colors.to_hex(c) for c in (IDEA_COLOURS["train"], IDEA_COLOURS["held-out"],
+                                                       IDEA_COLOURS["query"], IDEA_COLOURS["key"])}) == 4

@@ -31,7 +31,7 @@ def masked_keys(mask, shape) -> torch.Tensor | None:
 
 
 def attention_heatmaps(weights: torch.Tensor, tokens, mask=None, titles=None, suptitle: str = "",
-                       height: float = 3.6):
+                       height: float = 3.3):
     """One labelled heatmap per sample: weights (B, Lq, Lk), rows = queries, columns = keys.
 
     mask: None, or the may-attend mask that made the weights (e.g. (B, 1, Lk)): its masked
@@ -48,7 +48,8 @@ def attention_heatmaps(weights: torch.Tensor, tokens, mask=None, titles=None, su
         image = attention_heatmap(ax, weights[b], tokens[b], tokens[b],
                                   None if masked is None else masked[b], title_text=titles[b],
                                   colorbar_=False, ylabel=style.QUERY_LABEL if b == 0 else "")
-    style.colorbar(fig, image, axes, ATTENTION_CBAR_LABEL, ticks=[0, 0.5, 1], aspect=25)
+    style.colorbar(fig, image, axes, ATTENTION_CBAR_LABEL, ticks=[0, 0.5, 1], aspect=20,
+                   shrink=0.8)                  # square maps leave height to spare
     if suptitle:
         fig.suptitle(suptitle, fontsize=TITLE_PT)
     return fig

@@ -20,17 +20,18 @@ from .textcache import cache_text
 
 def heatmap(ax, matrix, x_labels=None, y_labels=None, *, title: str = "", xlabel: str = "",
             ylabel: str = "", cbar_label: str = "", cmap=SEQUENTIAL_CMAP, vmin=None, vmax=None,
-            signed: bool = False, annotate: bool = False, colorbar: bool = True):
+            signed: bool = False, annotate: bool = False, colorbar: bool = True, aspect: str = "auto"):
     """Draw a 2-D tensor or array as a labelled heatmap on `ax`; returns the image artist.
 
-    `signed=True` draws signed values with the diverging map, centred at 0. Keep the
+    `signed=True` draws signed values with the diverging map, centred at 0. `aspect="equal"`
+    draws square cells, for a matrix whose two axes count the same thing. Keep the
     returned artist and call `image.set_data(new)` to redraw fast in a widget.
     """
     if isinstance(matrix, torch.Tensor):
         matrix = matrix.detach().cpu().float().numpy()
     if signed:
         cmap, (vmin, vmax) = DIVERGING_CMAP, signed_limits(matrix)
-    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect, interpolation="nearest")
     if x_labels is not None:
         ax.set_xticks(range(len(x_labels)), labels=list(x_labels), rotation=90)
     if y_labels is not None:

@@ -111,8 +111,8 @@ def plot_score_matrix(scores, ax=None, title: str = "", cbar_label: str = "q_m Â
         _, ax = new_figure(4.6, width=5.6)
     values = _numpy(scores)
     length = values.shape[0]
-    image = heatmap(ax, values, title=title, xlabel="key position n", ylabel="query position m",
-                    signed=True, cbar_label=cbar_label)
+    image = heatmap(ax, values, title=title, signed=True, cbar_label=cbar_label, aspect="equal")
+    style.name_query_key_axes(ax, "key position n", "query position m")
     limit = signed_limits(values)[1]
     ax.set_xticks(range(length), labels=range(length), rotation=0)
     ax.set_yticks(range(length))

@@ -135,9 +135,9 @@ class StackPicture:
         # the top, under the title), so the axis names move with it, next to the tokens.
         self.ax.set_anchor("N")
         self.col_name = fig.text(0, 0, "columns: heads; inside a tile, " + style.KEY_LABEL,
-                                 fontsize=style.LABEL_PT)
+                                 fontsize=style.LABEL_PT, color=style.IDEA_COLOURS["key"])
         self.row_name = fig.text(0, 0, "rows: layers; inside a tile, " + style.QUERY_LABEL,
-                                 fontsize=style.LABEL_PT)
+                                 fontsize=style.LABEL_PT, color=style.IDEA_COLOURS["query"])
         scale = ScalarMappable(Normalize(0.0, 1.0), style.ATTENTION_CMAP)
         bar = fig.colorbar(scale, cax=fig.add_axes(COLOURBAR_BOX), ticks=[0, 0.5, 1])
         bar.set_label(style.ATTENTION_CBAR_LABEL, fontsize=style.LABEL_PT)

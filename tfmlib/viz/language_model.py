@@ -14,6 +14,8 @@ from ..language_model import encode_chars, lm_attention_weights
 from . import style
 from .common import Explorer
 
+#: Reference losses (counting characters, the grammar's floor): colours apart from the two curves'.
+BASELINE_COLOURS = (style.PALETTE[6], style.PALETTE[3], style.PALETTE[5])
 SPACE = "\u2423"  # ␣: a space made visible as a tick label
 
 
@@ -21,13 +23,13 @@ def plot_training(history: dict, baselines: dict[str, float]):
     """Training loss per step, validation loss per evaluation, and each of `baselines`
     ({label: loss on the validation text}) as a dashed line; all in nats per character."""
     fig, ax = style.new_figure(3.4)
-    ax.plot(history["step"], history["loss"], linewidth=1, color=style.PALETTE[0], alpha=0.6,
+    ax.plot(history["step"], history["loss"], linewidth=1, color=style.IDEA_COLOURS["train"], alpha=0.6,
             label="training batch")
-    ax.plot(history["eval_step"], history["val_loss"], "o-", color=style.PALETTE[0],
+    ax.plot(history["eval_step"], history["val_loss"], "o-", color=style.IDEA_COLOURS["held-out"],
             label="validation text")
     for i, (name, loss) in enumerate(baselines.items()):
-        ax.axhline(loss, color=style.PALETTE[i + 1], linestyle=style.LINESTYLES[i + 1], linewidth=1.5,
-                   label=name)
+        ax.axhline(loss, color=BASELINE_COLOURS[i % len(BASELINE_COLOURS)],
+                   linestyle=style.LINESTYLES[i + 1], linewidth=1.5, label=name)
     ax.set_ylim(0, None)
     ax.set_xlabel("training step")
     ax.set_ylabel("cross-entropy (nats per character)")

@@ -9,25 +9,40 @@ figure's dpi) and returns a list of problems, empty when the figure is fine:
 * texts that overlap: tick labels, titles, axis labels, legends, notes, numbers in cells;
 * a legend over a marker of its axes' data or over a note written in the axes;
 * a legend over a drawn line of its axes (any stretch of it, not only its markers);
-* a colour map outside `ALLOWED_CMAPS`.
+* a colour map outside `ALLOWED_CMAPS`;
+* a map whose cells are not square where both axes count the same thing (tokens against
+  tokens, e.g. queries x keys, or positions against positions): a stretched tile reads as a
+  difference between the axes that is not there;
+* two series of one axes, or two entries of one legend, that a reader cannot tell apart:
+  different labels in the same colour (a legend entry may share its colour with another
+  when its line style or marker differs: the lab's seeds are grey lines of several dashes);
+* a count in a title that disagrees with what is drawn: "4 heads" above 3 panels, or
+  "5 tokens" above a map of 6 columns (see `_title_counts` for what is counted, and where).
 
 Only what a draw paints counts: tick labels outside the view limits exist but are not
 drawn, and invisible or empty texts are skipped. Overlaps of texts turned by other than a
 multiple of 90 degrees are not checked: their boxes overlap while their glyphs do not.
 
 Widget tests call `lint_explorer(explorer)` after each control change (or
-`assert_readable`, which fails with the list).
+`assert_readable`, which fails with the list); nbval runs the lint on every figure and frame of
+the notebooks (tests/nbval_figure_lint.py), and `make gallery` on a few states of every widget
+(tools/gallery.py).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
+from matplotlib.image import AxesImage
 from matplotlib.cm import ScalarMappable
 from matplotlib.text import Text
 
 from .style import ALLOWED_CMAPS, COLUMN_PX, DPI, MIN_FONT_PT
 
 SLACK_PX = 1.0     # rounding of glyph boxes: a box may poke out or overlap by this much
+SQUARE_TOLERANCE = 0.05   # a map's cell may be this much wider than tall, or taller than wide
 
 
 def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT_PT) -> list[str]:
@@ -58,6 +73,11 @@ def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT
     problems += _overlaps(texts, boxes, tick_labels)
     for ax in fig.axes:
         problems += _covered_by_legend(ax, renderer)
+        problems += _stretched_tiles(ax)
+        problems += _same_colour_series(ax)
+    for legend in _legends(fig):
+        problems += _same_looking_entries(legend)
+    problems += _title_counts(fig)
     names = {_cmap_in_use(artist) for artist in _visible(fig, ScalarMappable)} - {None}
     for name in sorted(names - ALLOWED_CMAPS):
         problems.append(f"colour map {name!r} is not in the course style "
@@ -194,6 +214,149 @@ def _line_crosses(line, box, clip, step_px: float = 2.0) -> bool:
         if (drawn & within).any():
             return True
     return False
+
+
+def _tick_texts(axis) -> list[str]:
+    return [label.get_text() for label in _painted_tick_labels(axis)]
+
+
+def _shares_a_unit(ax) -> bool:
+    """Whether both axes of `ax` count the same thing: the same painted tick labels (tokens
+    against the same tokens), the same axis name, or queries against keys."""
+    names = (ax.get_xlabel().lower(), ax.get_ylabel().lower())
+    if names[0] and names[0] == names[1]:
+        return True
+    if any("query" in a and "key" in b for a, b in (names, names[::-1])):
+        return True
+    x_ticks, y_ticks = _tick_texts(ax.xaxis), _tick_texts(ax.yaxis)
+    numbers = re.compile(r"^[-\u2212]?[\d.]+$")
+    return (len(x_ticks) > 1 and sorted(x_ticks) == sorted(y_ticks)
+            and not all(numbers.match(t) for t in x_ticks))   # tokens, not an axis of numbers
+
+
+def _stretched_tiles(ax) -> list[str]:
+    """A map drawn in cells (imshow) whose cells are not square where both axes count the
+    same thing (`_shares_a_unit`)."""
+    images = [image for image in ax.images if image.get_visible()]
+    if not images or not ax.get_visible() or not _shares_a_unit(ax):
+        return []
+    problems = []
+    for image in images:
+        rows, cols = image.get_array().shape[:2]
+        x0, x1, y0, y1 = image.get_extent()
+        (px0, py0), (px1, py1) = ax.transData.transform([(x0, y0), (x1, y1)])
+        width, height = abs(px1 - px0) / cols, abs(py1 - py0) / rows     # one cell, in pixels
+        if height and abs(width / height - 1) > SQUARE_TOLERANCE:
+            problems.append(f"tiles not square: the map under {_name(ax.title) if ax.get_title() else 'an untitled axes'} "
+                            f"has cells {width:.1f} x {height:.1f} px, though its axes count the same thing "
+                            "(use aspect='equal')")
+    return problems
+
+
+def _series_colour(artist) -> str | None:
+    """The colour of a line, or of a collection or patch painted in one colour; else None."""
+    if hasattr(artist, "get_color") and hasattr(artist, "get_xydata"):          # a Line2D
+        return to_hex(artist.get_color())
+    faces = artist.get_facecolor() if hasattr(artist, "get_facecolor") else None
+    faces = np.atleast_2d(faces) if faces is not None else np.zeros((0, 4))
+    if len(faces) == 0 or not np.allclose(faces, faces[0]) or faces[0][3] == 0:
+        return None
+    return to_hex(faces[0])
+
+
+def _points(artist) -> int:
+    """How many data points a line or a scatter draws (a bar chart counts as many)."""
+    if hasattr(artist, "get_xydata"):
+        return len(artist.get_xydata())
+    if hasattr(artist, "get_offsets") and len(artist.get_offsets()):
+        return len(artist.get_offsets())
+    return 2
+
+
+def _same_colour_series(ax) -> list[str]:
+    """Two labelled series of `ax` (lines, scatters, bars) with different labels in one colour.
+    A single labelled point is a landmark (a start, a minimum), named by its marker: not a series."""
+    seen, problems = {}, []
+    bars = [(c.patches[0], c.get_label()) for c in ax.containers if getattr(c, "patches", None)]
+    labelled = [(artist, artist.get_label()) for artist in [*ax.lines, *ax.collections]] + bars
+    for artist, label in labelled:                        # a bar chart's label is its container's
+        if not artist.get_visible() or not label or label.startswith("_") or _points(artist) < 2:
+            continue
+        if artist.get_alpha() is not None and artist.get_alpha() < 0.05:
+            continue
+        colour = _series_colour(artist)
+        if colour is None:
+            continue
+        other = seen.setdefault(colour, label)
+        if other != label:
+            problems.append(f"two series in the same colour {colour}: {other!r} and {label!r}")
+    return problems
+
+
+def _legends(fig) -> list:
+    found = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    return [legend for legend in found if legend is not None and legend.get_visible()]
+
+
+def _same_looking_entries(legend) -> list[str]:
+    """Two entries of one legend, with different labels, that look the same: same colour,
+    same line style, same marker."""
+    seen, problems = {}, []
+    for handle, text in zip(legend.legend_handles, legend.get_texts()):
+        if handle is None or not text.get_text():
+            continue
+        colour = _series_colour(handle)
+        if colour is None:
+            continue
+        look = (colour, str(getattr(handle, "get_linestyle", lambda: "")()),
+                str(getattr(handle, "get_marker", lambda: "")()))
+        other = seen.setdefault(look, text.get_text())
+        if other != text.get_text():
+            problems.append(f"two legend entries look the same ({colour}): {other!r} and {text.get_text()!r}")
+    return problems
+
+
+#: "N <noun>" in a title, and what N must equal: the panels of the figure, or the columns or
+#: rows of the map under an axes title. "N of M <noun>" (a part of a whole) is not checked.
+_COUNT = re.compile(r"(?<![\w.])(?<!\d of )(\d+) (token|key|position|column|quer(?:y|ie)|row|head|panel|sample)"
+                    r"(?:s|\(s\))?\b(?! of)")
+_COUNTED = {"token": "columns", "key": "columns", "position": "columns", "column": "columns",
+            "query": "rows", "querie": "rows", "row": "rows",
+            "head": "panels", "panel": "panels", "sample": "panels"}
+
+
+def _data_panels(fig) -> list:
+    """The axes that draw data (not colour bars, not empty or hidden ones)."""
+    return [ax for ax in fig.axes if ax.get_visible() and not hasattr(ax, "_colorbar")
+            and (ax.images or ax.lines or ax.collections or ax.patches)]
+
+
+def _title_counts(fig) -> list[str]:
+    """A count in a title that disagrees with what is drawn. Figure titles (the suptitle,
+    texts placed on the figure) count panels, where there are two or more: "4 heads" above
+    3 panels. An axes title counts the columns (tokens, keys, positions) or rows (queries)
+    of the one map drawn under it. Where the figure does not draw that kind of thing (the
+    heads tiled into one map), nothing is checked."""
+    problems = []
+    panels = len(_data_panels(fig))
+    figure_titles = [fig._suptitle] + list(fig.texts)
+    for text in figure_titles:
+        if text is None or not text.get_visible():
+            continue
+        for number, noun in _COUNT.findall(text.get_text()):
+            if _COUNTED[noun] == "panels" and panels >= 2 and int(number) != panels:
+                problems.append(f"the title {_name(text)} counts {number} {noun}s above {panels} panels")
+    for ax in _data_panels(fig):
+        images = [image for image in ax.images if image.get_visible()]
+        if len(images) != 1 or not ax.get_title():
+            continue
+        rows, cols = images[0].get_array().shape[:2]
+        for number, noun in _COUNT.findall(ax.get_title()):
+            drawn = {"columns": cols, "rows": rows}.get(_COUNTED[noun])
+            if drawn is not None and int(number) != drawn:
+                problems.append(f"the title {_name(ax.title)} counts {number} {noun}s above a map "
+                                f"of {drawn} {_COUNTED[noun]}")
+    return problems
 
 
 def _name_of_line(line) -> str:

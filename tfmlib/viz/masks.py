@@ -15,7 +15,7 @@ import torch
 from .. import causal_mask, padding_mask
 from . import style
 from .common import Explorer, heatmap, panel_row
-from .style import KEY_LABEL, MASK_CMAP, QUERY_LABEL, TITLE_PT, figure, freeze_layout
+from .style import MASK_CMAP, TITLE_PT, figure, freeze_layout
 
 
 def per_sample_grids(mask: torch.Tensor, batch: int) -> torch.Tensor:
@@ -45,8 +45,8 @@ def mask_grid(ax, grid, x_labels, y_labels, title: str = ""):
     """One (Lq, Lk) bool grid on `ax` with labels; returns the image artist."""
     grid = grid.float() if isinstance(grid, torch.Tensor) else np.asarray(grid, dtype=float)
     image = heatmap(ax, grid, x_labels=x_labels, y_labels=y_labels, title=title,
-                    xlabel=KEY_LABEL, ylabel=QUERY_LABEL, cmap=MASK_CMAP, vmin=0, vmax=1,
-                    colorbar=False)
+                    cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False, aspect="equal")
+    style.name_query_key_axes(ax)
     _grid_lines(ax, grid.shape[0], grid.shape[1])
     return image
 
@@ -54,11 +54,11 @@ def mask_grid(ax, grid, x_labels, y_labels, title: str = ""):
 def mask_legend(fig, image, axes) -> None:
     """One colour bar for the whole figure, saying which colour means what."""
     bar = style.colorbar(fig, image, axes, "mask value", ticks=[0.25, 0.75], fraction=0.04,
-                         aspect=12)
+                         aspect=12, shrink=0.8)   # square maps leave height to spare
     bar.ax.set_yticklabels(["False\nblocked", "True\nmay\nattend"])
 
 
-def plot_masks(mask: torch.Tensor, tokens, titles=None, suptitle: str = "", height: float = 3.6):
+def plot_masks(mask: torch.Tensor, tokens, titles=None, suptitle: str = "", height: float = 3.3):
     """One labelled query-by-key grid per sample of a 4-D mask (anything that
     broadcasts to (B, 1, Lq, Lk)); `tokens` is one list of L tokens per sample."""
     batch = len(tokens)
@@ -77,7 +77,7 @@ def plot_masks(mask: torch.Tensor, tokens, titles=None, suptitle: str = "", heig
 
 
 def plot_mask_variants(variants: dict, tokens, sample: int, columns: int = 3,
-                       panel_height: float = 3.1):
+                       panel_height: float = 2.6):
     """The same sample under several masks, `columns` panels a row: {title: 4-D mask}.
 
     Right of each panel: how many keys each query row may see; a row with 0 visible keys
@@ -160,7 +160,7 @@ def describe_setting(lengths, seq_len: int, causal: bool) -> str:
 class _MaskPanels:
     """The explorer's figure: one grid per sample with fixed labels; only the images change."""
 
-    def __init__(self, batch: int, seq_len: int, height: float = 3.3, pyplot: bool = True):
+    def __init__(self, batch: int, seq_len: int, height: float = 3.0, pyplot: bool = True):
         self.seq_len = seq_len
         self.fig = figure(height, pyplot=pyplot)
         self.axes = list(self.fig.subplots(1, batch, squeeze=False)[0])
@@ -170,9 +170,9 @@ class _MaskPanels:
         self.borders = []
         for b, ax in enumerate(self.axes):
             image = heatmap(ax, blank, x_labels=positions, y_labels=positions,
-                            title=f"sample {b}", xlabel="key position",
-                            ylabel="query position" if b == 0 else "",
-                            cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False)
+                            title=f"sample {b}", cmap=MASK_CMAP, vmin=0, vmax=1, colorbar=False,
+                            aspect="equal")
+            style.name_query_key_axes(ax, "key position", "query position" if b == 0 else "")
             ax.tick_params(axis="x", labelrotation=0)
             self.images.append(image)
             self.borders.append(_cell_borders(ax, seq_len, seq_len))

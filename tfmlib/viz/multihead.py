@@ -94,8 +94,7 @@ class _HeadGrid:
             bar = ax.figure.colorbar(scale, cax=cax, ticks=[0, 0.5, 1])
         bar.set_label(style.ATTENTION_CBAR_LABEL, fontsize=style.LABEL_PT)
         bar.ax.tick_params(labelsize=style.TICK_PT)
-        ax.set_xlabel(style.KEY_LABEL, fontsize=style.LABEL_PT)
-        ax.set_ylabel(style.QUERY_LABEL, fontsize=style.LABEL_PT)
+        style.name_query_key_axes(ax)
         self.layout = None
 
     def set_layout(self, heads: int) -> None:

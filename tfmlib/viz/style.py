@@ -15,8 +15,10 @@ Colour. Categories and lines take the Okabe-Ito palette (told apart with any col
 vision), and lines also differ in line style and marker, so they differ in grey too.
 Values from 0 up (attention weights) use viridis; signed values use RdBu_r centred at 0.
 Masked or padded positions are drawn in `MASKED_COLOUR` (a masked array's "bad" colour),
-never as a weight of 0. Each experiment of notebook 10's lab has one colour of its own in
-every figure (`EXPERIMENT_COLOURS`). `lint.py` checks all of this on live figures.
+never as a weight of 0. One idea keeps one colour in every notebook (`IDEA_COLOURS`: the
+query and the key, training and held-out data, masked positions), and each experiment of
+notebook 10's lab has one colour of its own in every figure (`EXPERIMENT_COLOURS`).
+`lint.py` checks all of this on live figures.
 """
 from __future__ import annotations
 
@@ -45,16 +47,29 @@ GUIDE_COLOUR = "#666666"      #: reference lines and notes that are not data
 ERROR_COLOUR = "#b3261e"      #: text that says something is wrong (HTML notes of the widgets)
 MASKED_COLOUR = "#d0d0d0"     #: masked / padded / blocked positions, in every map
 
+#: One colour per idea, course-wide: a figure that shows one of these ideas draws it in this
+#: colour, whichever notebook it is in, so that a learner carries the colour from one lesson to
+#: the next: the axis names of every attention map (queries down in blue, keys across in
+#: vermillion), the training curve against the held-out one (10, b1), every masked cell. Ideas
+#: that no figure shows together may share a colour (a lab experiment's, the mask's "may attend").
+IDEA_COLOURS = {
+    "query": PALETTE[0],          # blue
+    "key": PALETTE[1],            # vermillion
+    "train": PALETTE[2],          # bluish green: measured on the batches the model learns from
+    "held-out": PALETTE[4],       # reddish purple: measured on data it never trained on
+    "masked": MASKED_COLOUR,
+}
+
 SEQUENTIAL_CMAP = "viridis"   #: values from 0 up, e.g. attention weights (0-1)
 DIVERGING_CMAP = "RdBu_r"     #: signed values, always with limits symmetric about 0
 
 #: Attention weights: viridis, masked positions grey (a masked array's bad value).
-ATTENTION_CMAP = mpl.colormaps[SEQUENTIAL_CMAP].with_extremes(bad=MASKED_COLOUR)
+ATTENTION_CMAP = mpl.colormaps[SEQUENTIAL_CMAP].with_extremes(bad=IDEA_COLOURS["masked"])
 #: A bool mask: False (blocked) is the masked grey, True (may attend) bluish green.
-MASK_CMAP = ListedColormap([MASKED_COLOUR, PALETTE[2]], name="mask")
+MASK_CMAP = ListedColormap([IDEA_COLOURS["masked"], PALETTE[2]], name="mask")
 #: Token kinds of notebook 02 (word, <bos>/<eos>, <unk>, <pad>): light tints keep black
 #: text readable; <pad> is the masked grey, as it is in every attention map.
-TOKEN_KIND_COLOURS = ("#bfdcef", "#b3e0d2", "#f4c3a6", MASKED_COLOUR)
+TOKEN_KIND_COLOURS = ("#bfdcef", "#b3e0d2", "#f4c3a6", IDEA_COLOURS["masked"])
 TOKEN_KIND_CMAP = ListedColormap(TOKEN_KIND_COLOURS, name="token_kinds")
 
 #: The colour maps a figure may use (lint.py checks it).
@@ -101,6 +116,12 @@ def experiment_marker(name: str) -> str:
 QUERY_LABEL = "query (the token looking)"
 KEY_LABEL = "key (the token looked at)"
 ATTENTION_CBAR_LABEL = "attention weight (grey: masked)"
+
+
+def name_query_key_axes(ax, xlabel: str = KEY_LABEL, ylabel: str = QUERY_LABEL) -> None:
+    """Axis names of a query-by-key map, each in its idea's colour (`IDEA_COLOURS`)."""
+    ax.set_xlabel(xlabel, fontsize=LABEL_PT, color=IDEA_COLOURS["key"])
+    ax.set_ylabel(ylabel, fontsize=LABEL_PT, color=IDEA_COLOURS["query"])
 
 
 def line_style(i: int) -> dict:
@@ -199,13 +220,13 @@ def colorbar(fig, image, ax, label: str, **kwargs):
 
 def attention_heatmap(ax, weights, query_tokens=None, key_tokens=None, masked=None, *,
                       title_text: str = "", colorbar_: bool = True, xlabel: str = KEY_LABEL,
-                      ylabel: str = QUERY_LABEL, aspect: str = "auto"):
+                      ylabel: str = QUERY_LABEL, aspect: str = "equal"):
     """The one attention-map look on `ax`; returns the image artist (keep it for `set_data`).
 
     weights: (Lq, Lk), drawn on a fixed 0-1 viridis scale, queries down, keys across.
     masked: (Lq, Lk) bool (True = masked) or None; masked cells, and NaN weights (fully
     masked rows), are drawn grey, not as a weight of 0. Tokens label both axes.
-    aspect: "equal" draws square cells (both axes are tokens; the figure must fit the map).
+    aspect: "equal" (square cells: both axes count tokens) unless a figure has a reason.
     """
     image = ax.imshow(masked_weights(weights, masked), cmap=ATTENTION_CMAP, vmin=0.0, vmax=1.0,
                       interpolation="nearest", aspect=aspect)
@@ -214,8 +235,7 @@ def attention_heatmap(ax, weights, query_tokens=None, key_tokens=None, masked=No
     if query_tokens is not None:
         ax.set_yticks(range(len(query_tokens)), labels=list(query_tokens))
     ax.tick_params(length=0, labelsize=TICK_PT)
-    ax.set_xlabel(xlabel, fontsize=LABEL_PT)
-    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
+    name_query_key_axes(ax, xlabel, ylabel)
     if title_text:
         title(ax, title_text)
     if colorbar_:

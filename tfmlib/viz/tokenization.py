@@ -59,7 +59,8 @@ class BatchGrid:
         ax.xaxis.tick_top()
         ax.xaxis.set_label_position("top")
         ax.tick_params(length=0)
-        ax.set_xlabel("position  (axis 1, L)")
+        # A grid kept wide for longer batches starts at the left: its axis name too, over it.
+        ax.set_xlabel("position  (axis 1, L)", loc="left" if fixed_width else "center")
         ax.set_ylabel("sentence  (axis 0, B)")
         for spine in ax.spines.values():
             spine.set_visible(False)

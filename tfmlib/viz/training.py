@@ -25,11 +25,11 @@ ID_TO_TOKEN = invert_vocab(VOCAB)
 def plot_training_curves(history: dict):
     """Loss per step (log scale) and held-out exact match per evaluation."""
     fig, (left, right) = style.new_figure(3.2, style.COLUMN_IN, 1, 2)
-    left.semilogy(history["step"], history["loss"], linewidth=1, color=style.PALETTE[0])
+    left.semilogy(history["step"], history["loss"], linewidth=1, color=style.IDEA_COLOURS["train"])
     left.set_xlabel("training step")
     left.set_ylabel("cross-entropy loss (log scale)")
     style.title(left, "training loss")
-    right.plot(history["eval_step"], history["exact_match"], "o-", color=style.PALETTE[0])
+    right.plot(history["eval_step"], history["exact_match"], "o-", color=style.IDEA_COLOURS["held-out"])
     right.annotate(f"final: {history['exact_match'][-1]:.1%}",
                    (history["eval_step"][-1], history["exact_match"][-1]),
                    textcoords="offset points", xytext=(-10, -22), ha="right",
@@ -116,8 +116,9 @@ class CrossAttentionMap:
         self.ax.set_anchor("N")
         self.ax.set_xticks([])
         self.ax.set_yticks([])
-        self.col_name = fig.text(0, 0, KEY_LABEL, fontsize=style.LABEL_PT)
-        self.row_name = fig.text(0, 0, QUERY_LABEL, fontsize=style.LABEL_PT)
+        self.col_name = fig.text(0, 0, KEY_LABEL, fontsize=style.LABEL_PT, color=style.IDEA_COLOURS["key"])
+        self.row_name = fig.text(0, 0, QUERY_LABEL, fontsize=style.LABEL_PT,
+                                 color=style.IDEA_COLOURS["query"])
         bar = fig.colorbar(self.image, cax=fig.add_axes(MAP_BAR_BOX), ticks=[0, 0.5, 1])
         bar.set_label(style.ATTENTION_CBAR_LABEL.split(" (")[0], fontsize=style.LABEL_PT)
         bar.ax.tick_params(labelsize=style.TICK_PT)

@@ -425,12 +425,11 @@ def _widget_10(trained=None):
 
 
 def _widget_10_lab():
-    """Notebook 10's experiment overlay, on made-up records shaped like the lab's (12
-    experiments x 2 seeds, 500 steps, an evaluation every 50): no training needed."""
+    """Notebook 10's experiment overlay, on made-up records shaped like the lab's (every
+    experiment it draws x 2 seeds, 500 steps, an evaluation every 50): no training needed."""
+    from tfmlib.experiments import EXPERIMENTS
     from tfmlib.viz.training import ExperimentOverlay
-    names = ["baseline", "no positions", "1 head", "no sqrt(d_k)", "Post-LN", "Pre-LN, no warm-up",
-             "Post-LN, no warm-up", "lr x10", "label smoothing 0.1", "no weight tying",
-             "dropout 0.1", "2 layers"]
+    names = list(EXPERIMENTS)
     g = torch.Generator().manual_seed(0)
     results = {}
     for i, name in enumerate(names):

@@ -81,8 +81,8 @@ def test_training_benchmark_times_steps_and_restores_exact_match():
 
 
 def test_widget_redraw_benchmark_calls_the_update_callbacks():
-    rows = course.widgets(repeats=2, names=["04_masks", "07_sublayers"])
-    assert [r.what.split(":")[0] for r in rows] == ["04_masks", "07_sublayers"]
+    rows = course.widgets(repeats=2, names=["04_masks", "07_sublayers", "10_training: lab"])
+    assert [r.what.split(":")[0] for r in rows] == ["04_masks", "07_sublayers", "10_training"]
     assert all(_positive(r.seconds) and r.target_s == course.REDRAW_TARGET_S for r in rows)
 
 

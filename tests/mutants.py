@@ -9,7 +9,7 @@ deletes a step, negates a condition, or makes an operation in place (`x + y` on 
 argument becomes `x.add_(y)`, `t.masked_fill(...)` becomes `t.masked_fill_(...)`).
 
 A mutant is *equivalent* when it behaves like the reference on a large case set: the
-exercise's own cases plus `Exercise.random_cases(seed)` for RANDOM_SEEDS seeds, judged
+exercise's own cases plus `random_cases(name, seed)` (tests/random_cases/) for RANDOM_SEEDS seeds, judged
 by the check engine itself (same values within tolerance, same untouched arguments, same
 gradients, the same exceptions where a case requires one). Every other mutant must be
 rejected by `check(name, mutant)`, on the exercise's own cases alone.
@@ -35,6 +35,8 @@ import torch
 from tfmlib.exercises import REGISTRY, check
 from tfmlib.exercises.core import behaves_like_reference
 from tfmlib.exercises.provenance import fingerprint
+
+from random_cases import random_cases
 
 RANDOM_SEEDS = 8
 SECONDS_PER_CALL = 20  # a mutant that loops forever is stopped and counted as rejected
@@ -261,12 +263,9 @@ def _node_lines(source: str) -> list[str]:
 
 
 def random_case_set(name: str) -> list:
-    exercise = REGISTRY[name]
-    if exercise.random_cases is None:
-        raise ValueError(f"exercise {name!r} has no random_cases: mutants cannot be judged equivalent")
-    cases = list(exercise.make_cases())
+    cases = list(REGISTRY[name].make_cases())
     for seed in range(RANDOM_SEEDS):
-        cases.extend(exercise.random_cases(seed))
+        cases.extend(random_cases(name, seed))
     return cases
 
 
@@ -343,8 +342,9 @@ def table(results: dict[str, list[Verdict]], seconds: float) -> str:
     lines = ["# Mutation test of the exercise checks", "",
              "Written by `make mutants` (`python tests/mutants.py`; its docstring says how mutants are",
              "made). A mutant is *equivalent* when it behaves like the reference, as the check engine",
-             f"judges it, on the exercise's own cases plus {RANDOM_SEEDS} seeds of `random_cases`; every",
-             "other mutant must be rejected by the check on the exercise's own cases alone.",
+             f"judges it, on the exercise's own cases plus {RANDOM_SEEDS} seeds of its random cases",
+             "(tests/random_cases/); every other mutant must be rejected by the check on the exercise's",
+             "own cases alone.",
              "`tests/test_mutants.py` asserts it in `make test`.", "",
              "| exercise | mutants | equivalent | non-equivalent | rejected | named by a catalogued mistake |",
              "|---|---:|---:|---:|---:|---:|"]

@@ -149,9 +149,6 @@ class Exercise:
     float64_reference: bool = True
     # Check the gradients that reach each floating-point input (outputs that feed training).
     gradients: bool = False
-    # Many more seeded cases of the same kinds, for tests that judge whether two
-    # functions behave the same (the mutation test of the checks): seed -> cases.
-    random_cases: Callable[[int], list[Case]] | None = None
     # What may vary beyond the notebook's cases; None: only the cases of make_cases.
     contract: Contract | None = None
 
@@ -553,8 +550,6 @@ def _reference_accepts(exercise: Exercise, case: Case) -> bool:
         return True
     except Exception:  # sizes that no longer fit together: not an input of the contract
         return False
-
-
 
 
 # ---- the result shown in the notebook --------------------------------------------------------

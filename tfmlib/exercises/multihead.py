@@ -42,11 +42,6 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _sizes(g: torch.Generator):
-    """size(low, high): a random int in [low, high], drawn from `g`."""
-    return lambda low, high: int(torch.randint(low, high + 1, (), generator=g))
-
-
 def random_mha_params(d_model: int, g: torch.Generator) -> dict:
     """Weights (D, D) stored (out, in) and non-zero biases, so that every term shows."""
     params = {}
@@ -78,29 +73,6 @@ def _linear_cases() -> list[Case]:
             Case("one vector (in,) -> (out,)", (r(4), r(3, 4), r(3)))]
 
 
-def _linear_random_cases(seed: int) -> list[Case]:
-    """Inputs of 1 to 4 axes, in != out, square, in = out = 1, bias or None, empty, float64."""
-    g = _generator(600 + seed)
-    size = _sizes(g)
-
-    def case(label, lead, n_in=None, n_out=None, bias=True, dtype=torch.float32):
-        n_in, n_out = n_in or size(1, 8), n_out or size(1, 8)
-        x = torch.randn(*lead, n_in, generator=g, dtype=dtype)
-        weight = torch.randn(n_out, n_in, generator=g, dtype=dtype)
-        return Case(label, (x, weight, torch.randn(n_out, generator=g, dtype=dtype) if bias else None))
-
-    b, length, d = size(1, 3), size(1, 5), size(2, 8)
-    return [case("(B, L, in) -> (B, L, out)", (b, length)),
-            case("2-D input", (size(1, 5),)),
-            case("bias=None", (b, length), bias=False),
-            case("square weight", (b, length), n_in=d, n_out=d),
-            case("one vector (in,)", ()),
-            case("4-D input", (2, b, length)),
-            case("in = out = 1", (b, length), n_in=1, n_out=1),
-            case("empty batch", (0, length)),
-            case("float64", (b, length), dtype=torch.float64)]
-
-
 def _linear_untransposed(x, weight, bias=None):
     y = x @ weight
     return y + bias if bias is not None else y
@@ -120,7 +92,6 @@ register(Exercise(
                                "out": {"weight": (0,), "bias": (0,)}}, wide=("in", "out")),
     reference=linear,
     make_cases=_linear_cases,
-    random_cases=_linear_random_cases,
     gradients=True,
     mistakes=[
         Mistake("x @ W instead of x @ W.T",
@@ -146,24 +117,6 @@ def _split_cases() -> list[Case]:
             Case("(2, 3, 4), 4 heads: d_k = 1", (torch.randn(2, 3, 4, generator=g), 4))]
 
 
-def _heads_random_cases(seed: int, split: bool) -> list[Case]:
-    """(B, L, H * d_k) and H for split_heads, (B, H, L, d_k) for merge_heads: one head,
-    d_k = 1, one token, an empty batch, float64."""
-    g = _generator((610 if split else 620) + seed)
-    size = _sizes(g)
-
-    def case(label, batch=None, heads=None, length=None, d_k=None, dtype=torch.float32):
-        batch, heads = size(1, 3) if batch is None else batch, heads or size(1, 4)
-        length, d_k = length or size(1, 6), d_k or size(1, 4)
-        if split:
-            return Case(label, (torch.randn(batch, length, heads * d_k, generator=g, dtype=dtype), heads))
-        return Case(label, (torch.randn(batch, heads, length, d_k, generator=g, dtype=dtype),))
-
-    return [case("random sizes"), case("random sizes"), case("one head", heads=1),
-            case("d_k = 1", d_k=1), case("one token", length=1), case("empty batch", batch=0),
-            case("float64", dtype=torch.float64)]
-
-
 def _split_straight(x, num_heads):
     batch, length, d_model = x.shape
     return x.reshape(batch, num_heads, length, d_model // num_heads)
@@ -185,7 +138,6 @@ register(Exercise(
                                     wide=("D",), values={"num_heads": (1,)}),
     reference=split_heads,
     make_cases=_split_cases,
-    random_cases=lambda seed: _heads_random_cases(seed, split=True),
     gradients=True,
     mistakes=[
         Mistake("reshaped straight to (B, H, L, d_k)",
@@ -238,7 +190,6 @@ register(Exercise(
                                     "d_k": {"x": (3,)}}),
     reference=merge_heads,
     make_cases=_merge_cases,
-    random_cases=lambda seed: _heads_random_cases(seed, split=False),
     gradients=True,
     run=lambda fn, case: call_naming_view_errors(fn, *case.args, **case.kwargs),
     mistakes=[
@@ -287,41 +238,6 @@ def _mha_cases() -> list[Case]:
     return cases
 
 
-def _mha_random_cases(seed: int) -> list[Case]:
-    """Self- and cross-attention (Lq != Lk, key is or is not value), every mask layout the
-    docstring allows, fully masked rows, one head, d_k = 1, one token, float64."""
-    g = _generator(630 + seed)
-    size = _sizes(g)
-
-    def case(label, heads=None, d_k=None, lq=None, lk=None, mask=None, cross=True, shared_kv=False,
-             visible=0.7, dtype=torch.float32):
-        """`mask`: its shape, from "B", "H", "1", "q", "k"."""
-        heads, d_k = heads or size(1, 3), d_k or size(1, 4)
-        batch, d_model = size(1, 3), heads * d_k
-        lq = lq or size(1, 6)
-        lk = (lk or size(1, 6)) if cross else lq
-        x = lambda n: torch.randn(batch, n, d_model, generator=g, dtype=dtype)  # noqa: E731
-        query = x(lq)
-        key = x(lk) if cross else query
-        value = key if shared_kv or not cross else x(lk)
-        params = {name: t.to(dtype) for name, t in random_mha_params(d_model, g).items()}
-        n = {"B": batch, "H": heads, "1": 1, "q": lq, "k": lk}
-        kwargs = {} if mask is None else {
-            "mask": torch.rand(tuple(n[axis] for axis in mask), generator=g) < visible}
-        return Case(label, (query, key, value, params, heads), kwargs)
-
-    return [case("self-attention, no mask", cross=False),
-            case("cross-attention, key is value, padding mask (B, 1, 1, Lk)", shared_kv=True, mask="B11k"),
-            case("cross-attention, key != value, mask (B, 1, Lq, Lk)", mask="B1qk"),
-            case("self-attention, shared mask (1, 1, Lq, Lk), rows fully masked", cross=False,
-                 mask="11qk", visible=0.3),
-            case("cross-attention, a mask per head (B, H, Lq, Lk)", mask="BHqk"),
-            case("one head", heads=1, mask="B11k"),
-            case("d_k = 1", d_k=1, mask="B1qk"),
-            case("one query, one key", lq=1, lk=1),
-            case("float64", mask="B11k", dtype=torch.float64)]
-
-
 def _mha_variant(project=None, split=split_heads, merge=merge_heads, pass_mask=True,
                  share_projection=False, value_from_key=False, kv_from_query=False, output_projection=True,
                  attention=scaled_dot_product_attention):
@@ -362,7 +278,6 @@ register(Exercise(
         scales={"query": (100.0,)}, base=1),
     reference=multi_head_attention,
     make_cases=_mha_cases,
-    random_cases=_mha_random_cases,
     gradients=True,
     run=lambda fn, case: call_naming_view_errors(fn, *case.args, **case.kwargs),
     output_names=("output", "weights"),

@@ -7,7 +7,7 @@ import random
 import torch
 
 from tfmlib.exercises.core import Case
-from tfmlib.exercises.encoder_decoder import _generator, random_decoder_params, random_encoder_params
+from tfmlib.exercises.encoder_decoder import random_decoder_params, random_encoder_params
 from tfmlib.exercises.multihead import causal, padding
 
 # The masks the notebook hands a layer: none, padding (B, 1, 1, L), causal (1, 1, L, L), both (B, 1, L, L).
@@ -63,7 +63,7 @@ def _lengths(rng: random.Random, batch: int, length: int) -> list[int]:
 
 def _random_encoder_cases(seed: int, stack: bool) -> list[Case]:
     """Random cases of `encoder` (stack=True: 1 to 4 layers) or of `encoder_layer`."""
-    rng, g = random.Random(seed), _generator(8000 + seed)
+    rng, g = random.Random(seed), torch.Generator().manual_seed(8000 + seed)
     cases = []
     for what, batch, length in _random_shapes(rng):
         heads, d_model, d_ff = _random_sizes(rng, what)
@@ -82,7 +82,7 @@ def _random_encoder_cases(seed: int, stack: bool) -> list[Case]:
 def _random_decoder_layer_cases(seed: int) -> list[Case]:
     """Random sizes with Lt and Ls drawn apart, random masks of each kind; besides the edges
     of _random_shapes, an empty memory (Ls = 0) and a single source token."""
-    rng, g = random.Random(seed), _generator(8200 + seed)
+    rng, g = random.Random(seed), torch.Generator().manual_seed(8200 + seed)
     cases = []
     for what, batch, lt in _random_shapes(rng) + [("empty memory", rng.randint(1, 3), rng.randint(1, 6)),
                                                   ("one source token", rng.randint(1, 3), rng.randint(1, 6))]:

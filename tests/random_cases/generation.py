@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tfmlib.exercises.core import Case
-from tfmlib.exercises.generation import (INF, _attention_case, _exact_threshold_logits, _generator,
+from tfmlib.exercises.generation import (INF, _attention_case, _exact_threshold_logits,
                                          _lm_step_case, _random_logits)
 from tfmlib.language_model import LMConfig
 
@@ -25,7 +25,7 @@ def _some_minus_inf(logits, g, share=0.3):
 def _temperature_random_cases(seed: int) -> list[Case]:
     """1 to 3 axes, V from 1 to 12, T from 0.1 to 5 (and the int 2), float32 or float64,
     logits of scale 0.5 to 40, some rows with -inf entries."""
-    g = _generator(1400 + seed)
+    g = torch.Generator().manual_seed(1400 + seed)
     size = _sizes(g)
     cases = []
     for index in range(8):
@@ -42,7 +42,7 @@ def _temperature_random_cases(seed: int) -> list[Case]:
 def _top_k_random_cases(seed: int) -> list[Case]:
     """1 to 3 axes, V from 1 to 10, k from 1 to V + 2, integer logits (ties) or not, float32 or
     float64, some entries already -inf."""
-    g = _generator(1410 + seed)
+    g = torch.Generator().manual_seed(1410 + seed)
     size = _sizes(g)
     cases = []
     for index in range(8):
@@ -59,7 +59,7 @@ def _top_k_random_cases(seed: int) -> list[Case]:
 def _top_p_random_cases(seed: int) -> list[Case]:
     """1 to 3 axes, V from 1 to 10, p anywhere in (0, 1] (1 included), integer logits (ties)
     or not, float32 or float64, some entries already -inf; and the exact-threshold rows."""
-    g = _generator(1420 + seed)
+    g = torch.Generator().manual_seed(1420 + seed)
     size = _sizes(g)
     cases = [Case("exact threshold, float64", (_exact_threshold_logits(torch.float64), 0.75))]
     for index in range(8):
@@ -76,7 +76,7 @@ def _top_p_random_cases(seed: int) -> list[Case]:
 def _attention_random_cases(seed: int) -> list[Case]:
     """B from 1 to 3, 1 to 4 heads of d_k 1 to 4, 1 to 4 new tokens after 0 to 5 cached ones
     (or no cache at all), float32 or float64."""
-    g = _generator(1430 + seed)
+    g = torch.Generator().manual_seed(1430 + seed)
     size = _sizes(g)
     cases = []
     for index in range(6):
@@ -90,7 +90,7 @@ def _attention_random_cases(seed: int) -> list[Case]:
 def _lm_step_random_cases(seed: int) -> list[Case]:
     """Models of 1 to 3 blocks, 1 to 3 heads of d_k 1 to 3, V from 2 to 9; 1 to 3 new tokens
     after 1 to 6 cached (or none)."""
-    g = _generator(1440 + seed)
+    g = torch.Generator().manual_seed(1440 + seed)
     size = _sizes(g)
     cases = []
     for index in range(4):

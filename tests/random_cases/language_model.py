@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 
+import torch
+
 from tfmlib.exercises.core import Case
-from tfmlib.exercises.language_model import _block_case, _forward_case, _generator
+from tfmlib.exercises.language_model import _block_case, _forward_case
 from tfmlib.language_model import LMConfig
 from .encoder_decoder import _double
 
@@ -16,7 +18,7 @@ _MASKS = ("default (None)", "causal & padding", "padding only", "all True")
 
 def _random_decoder_block_cases(seed: int) -> list[Case]:
     """Random sizes and masks, and the edges: one token, one head, an empty batch, float64."""
-    rng, g = random.Random(seed), _generator(14000 + seed)
+    rng, g = random.Random(seed), torch.Generator().manual_seed(14000 + seed)
     cases = []
     for what in ("one token", "one head", "empty batch", "float64") + ("random",) * 5:
         heads = 1 if what == "one head" else rng.randint(1, 4)
@@ -41,7 +43,7 @@ def _random_lm_config(rng: random.Random, what: str) -> LMConfig:
 def _random_lm_forward_cases(seed: int, *, extra: int = 0) -> list[Case]:
     """Random configs and lengths up to max_len (+ `extra`: lm_loss reads one more), and the
     edges: one token, a full context, an empty batch, vocab_size == d_model, float64."""
-    rng, g = random.Random(seed), _generator(14100 + seed)
+    rng, g = random.Random(seed), torch.Generator().manual_seed(14100 + seed)
     cases = []
     # An empty batch has no position to average a loss over (nan): lm_forward's edge only.
     edges = ("shortest", "full context") + (() if extra else ("empty batch",))

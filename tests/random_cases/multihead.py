@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tfmlib.exercises.core import Case
-from tfmlib.exercises.multihead import _generator, random_mha_params
+from tfmlib.exercises.multihead import random_mha_params
 
 
 def _sizes(g: torch.Generator):
@@ -15,7 +15,7 @@ def _sizes(g: torch.Generator):
 
 def _linear_random_cases(seed: int) -> list[Case]:
     """Inputs of 1 to 4 axes, in != out, square, in = out = 1, bias or None, empty, float64."""
-    g = _generator(600 + seed)
+    g = torch.Generator().manual_seed(600 + seed)
     size = _sizes(g)
 
     def case(label, lead, n_in=None, n_out=None, bias=True, dtype=torch.float32):
@@ -39,7 +39,7 @@ def _linear_random_cases(seed: int) -> list[Case]:
 def _heads_random_cases(seed: int, split: bool) -> list[Case]:
     """(B, L, H * d_k) and H for split_heads, (B, H, L, d_k) for merge_heads: one head,
     d_k = 1, one token, an empty batch, float64."""
-    g = _generator((610 if split else 620) + seed)
+    g = torch.Generator().manual_seed((610 if split else 620) + seed)
     size = _sizes(g)
 
     def case(label, batch=None, heads=None, length=None, d_k=None, dtype=torch.float32):
@@ -57,7 +57,7 @@ def _heads_random_cases(seed: int, split: bool) -> list[Case]:
 def _mha_random_cases(seed: int) -> list[Case]:
     """Self- and cross-attention (Lq != Lk, key is or is not value), every mask layout the
     docstring allows, fully masked rows, one head, d_k = 1, one token, float64."""
-    g = _generator(630 + seed)
+    g = torch.Generator().manual_seed(630 + seed)
     size = _sizes(g)
 
     def case(label, heads=None, d_k=None, lq=None, lk=None, mask=None, cross=True, shared_kv=False,

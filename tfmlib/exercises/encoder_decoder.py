@@ -25,10 +25,6 @@ from .multihead import causal, padding, random_mha_params
 from .sublayers import random_ffn_params, random_norm_params
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def random_encoder_params(d_model: int, d_ff: int, g: torch.Generator) -> dict:
     return {"self_attn": random_mha_params(d_model, g), "ffn": random_ffn_params(d_model, d_ff, g),
             "norm1": random_norm_params(d_model, g), "norm2": random_norm_params(d_model, g)}
@@ -58,7 +54,7 @@ def _attention(params, num_heads, mask, memory=None):
 # ---- encoder_layer ----------------------------------------------------------------------------
 
 def _encoder_layer_cases() -> list[Case]:
-    g = _generator(80)
+    g = torch.Generator().manual_seed(80)
     return [Case("(2, 5, 12), 3 heads, padding mask",
                  (torch.randn(2, 5, 12, generator=g), random_encoder_params(12, 20, g), 3),
                  {"mask": padding([5, 3], 5)}),
@@ -141,7 +137,7 @@ register(Exercise(
 # ---- encoder ----------------------------------------------------------------------------------
 
 def _encoder_cases() -> list[Case]:
-    g = _generator(81)
+    g = torch.Generator().manual_seed(81)
 
     # Stacks of 3 and 4: with only 2 layers, skipping the first layer looks like feeding every
     # layer x, and skipping the last like returning inside the loop.
@@ -254,7 +250,7 @@ register(Exercise(
 # ---- decoder_layer ----------------------------------------------------------------------------
 
 def _decoder_layer_cases() -> list[Case]:
-    g = _generator(82)
+    g = torch.Generator().manual_seed(82)
 
     def case(label, batch, lt, ls, d_model, d_ff, heads, tgt_lengths, src_lengths):
         x, memory = torch.randn(batch, lt, d_model, generator=g), torch.randn(batch, ls, d_model, generator=g)

@@ -33,10 +33,6 @@ from .multihead import random_mha_params
 INF = float("inf")
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def _random_logits(g, shape, dtype=torch.float32, integer=False, scale=2.0):
     """Logits of `shape`; `integer`: whole numbers from -3 to 3, so that rows hold ties."""
     if integer:
@@ -47,7 +43,7 @@ def _random_logits(g, shape, dtype=torch.float32, integer=False, scale=2.0):
 # ---- next_token_probs: temperature ------------------------------------------------------------
 
 def _temperature_cases() -> list[Case]:
-    g = _generator(140)
+    g = torch.Generator().manual_seed(140)
     return [
         Case("(B, V) = (3, 7), T = 0.5: sharper", (_random_logits(g, (3, 7)), 0.5)),
         Case("(V,) = (9,), T = 2: flatter", (_random_logits(g, (9,)), 2.0)),
@@ -115,7 +111,7 @@ def _filter_run(fn, case: Case):
 # ---- top_k_filter -----------------------------------------------------------------------------
 
 def _top_k_cases() -> list[Case]:
-    g = _generator(141)
+    g = torch.Generator().manual_seed(141)
     return [
         Case("(B, V) = (3, 8), k = 3", (_random_logits(g, (3, 8)), 3)),
         Case("ties at the k-th largest: every tied token is kept",
@@ -200,7 +196,7 @@ def _exact_threshold_logits(dtype=torch.float32) -> torch.Tensor:
 
 
 def _top_p_cases() -> list[Case]:
-    g = _generator(142)
+    g = torch.Generator().manual_seed(142)
     return [
         Case("(B, V) = (3, 8), p = 0.9", (_random_logits(g, (3, 8)), 0.9)),
         Case("mass exactly p = 0.75 after two tokens: exactly those two", (_exact_threshold_logits(), 0.75)),
@@ -309,7 +305,7 @@ def _attention_case(label, g, batch, new, past, heads, d_k, dtype=torch.float32)
 
 
 def _attention_cases() -> list[Case]:
-    g = _generator(143)
+    g = torch.Generator().manual_seed(143)
     return [
         _attention_case("the prompt: no cache yet, 4 new tokens, causal among them", g, 2, 4, None, 2, 3),
         _attention_case("one new token, 5 cached (B=2, H=2, d_k=3)", g, 2, 1, 5, 2, 3),
@@ -401,7 +397,7 @@ def _lm_step_case(label, g, config, batch, past, new):
 
 
 def _lm_step_cases() -> list[Case]:
-    g = _generator(144)
+    g = torch.Generator().manual_seed(144)
     one = LMConfig(vocab_size=9, d_model=8, num_heads=2, d_ff=12, num_layers=1, max_len=12)
     two = LMConfig(vocab_size=7, d_model=6, num_heads=3, d_ff=10, num_layers=2, max_len=10)
     return [

@@ -30,10 +30,6 @@ from .multihead import causal, padding, random_mha_params
 from .sublayers import random_ffn_params, random_norm_params
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def random_block(d_model: int, d_ff: int, g: torch.Generator) -> dict:
     return {"norm1": random_norm_params(d_model, g), "attention": random_mha_params(d_model, g),
             "norm2": random_norm_params(d_model, g), "ffn": random_ffn_params(d_model, d_ff, g)}
@@ -68,7 +64,7 @@ def _block_case(label, g, batch, length, d_model, d_ff, heads, kind, lengths=Non
 
 
 def _decoder_block_cases() -> list[Case]:
-    g = _generator(140)
+    g = torch.Generator().manual_seed(140)
     return [_block_case("causal by default", g, 2, 6, 12, 20, 3, "default (None)"),
             _block_case("a padded batch", g, 3, 5, 8, 16, 2, "causal & padding", [5, 3, 4]),
             _block_case("a mask with no causal part: used as given", g, 2, 4, 8, 12, 4, "all True"),
@@ -158,7 +154,7 @@ def _forward_case(label, g, batch, length, config):
 
 
 def _lm_forward_cases() -> list[Case]:
-    g = _generator(141)
+    g = torch.Generator().manual_seed(141)
     return [_forward_case("two blocks", g, 2, 6, LMConfig(11, d_model=8, num_heads=2, d_ff=12,
                                                           num_layers=2, max_len=7)),
             _forward_case("three blocks, every position", g, 3, 5,
@@ -235,7 +231,7 @@ register(Exercise(
 # ---- lm_loss ------------------------------------------------------------------------------------
 
 def _lm_loss_cases() -> list[Case]:
-    g = _generator(142)
+    g = torch.Generator().manual_seed(142)
     config = LMConfig(9, d_model=8, num_heads=2, d_ff=12, num_layers=2, max_len=6)
     return [_forward_case("windows of max_len + 1", g, 3, 7, config),
             _forward_case("shorter windows", g, 2, 4, config),

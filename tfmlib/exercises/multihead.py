@@ -38,10 +38,6 @@ def call_naming_view_errors(fn, *args, **kwargs):
         raise _ViewOfNonContiguous(*error.args).with_traceback(error.__traceback__) from None
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def random_mha_params(d_model: int, g: torch.Generator) -> dict:
     """Weights (D, D) stored (out, in) and non-zero biases, so that every term shows."""
     params = {}
@@ -64,7 +60,7 @@ def causal(length: int) -> torch.Tensor:
 # ---- linear -----------------------------------------------------------------------------------
 
 def _linear_cases() -> list[Case]:
-    g = _generator(60)
+    g = torch.Generator().manual_seed(60)
     r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
     return [Case("(B, L, in) -> (B, L, out), out != in", (r(2, 5, 4), r(7, 4), r(7))),
             Case("2-D input, square weight", (r(3, 6), r(6, 6), r(6))),
@@ -110,7 +106,7 @@ register(Exercise(
 # ---- split_heads ------------------------------------------------------------------------------
 
 def _split_cases() -> list[Case]:
-    g = _generator(61)
+    g = torch.Generator().manual_seed(61)
     return [Case("(B, L, D) = (2, 5, 12), 3 heads", (torch.randn(2, 5, 12, generator=g), 3)),
             Case("(3, 4, 8), 2 heads", (torch.randn(3, 4, 8, generator=g), 2)),
             Case("(1, 7, 6), 3 heads", (torch.randn(1, 7, 6, generator=g), 3)),
@@ -158,7 +154,7 @@ register(Exercise(
 # ---- merge_heads ------------------------------------------------------------------------------
 
 def _merge_cases() -> list[Case]:
-    g = _generator(62)
+    g = torch.Generator().manual_seed(62)
     return [Case("(B, H, L, d_k) = (2, 3, 5, 4)", (torch.randn(2, 3, 5, 4, generator=g),)),
             Case("(1, 4, 3, 2)", (torch.randn(1, 4, 3, 2, generator=g),)),
             Case("(3, 2, 6, 5)", (torch.randn(3, 2, 6, 5, generator=g),)),
@@ -214,7 +210,7 @@ register(Exercise(
 # ---- multi_head_attention ---------------------------------------------------------------------
 
 def _mha_cases() -> list[Case]:
-    g = _generator(63)
+    g = torch.Generator().manual_seed(63)
     cases = []
     x = torch.randn(2, 5, 12, generator=g)
     cases.append(Case("self-attention, no mask, (2, 5, 12), 3 heads",

@@ -22,10 +22,6 @@ from .core import Case, Contract, Exercise, Mistake, register
 from .multihead import _linear_untransposed
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def random_ffn_params(d_model: int, d_ff: int, g: torch.Generator) -> dict:
     return {"w_1": torch.randn(d_ff, d_model, generator=g) / d_model ** 0.5,
             "b_1": 0.3 * torch.randn(d_ff, generator=g),
@@ -46,7 +42,7 @@ def _as(dtype: torch.dtype, params: dict) -> dict:
 # ---- feed_forward -----------------------------------------------------------------------------
 
 def _ffn_cases() -> list[Case]:
-    g = _generator(70)
+    g = torch.Generator().manual_seed(70)
     return [Case("(2, 5, 6), d_ff = 10", (torch.randn(2, 5, 6, generator=g), random_ffn_params(6, 10, g))),
             Case("(3, 1, 4), d_ff = 7", (torch.randn(3, 1, 4, generator=g), random_ffn_params(4, 7, g))),
             Case("(1, 4, 8), d_ff = d_model = 8", (torch.randn(1, 4, 8, generator=g),
@@ -107,7 +103,7 @@ def _away_from_zero(shape, g: torch.Generator) -> torch.Tensor:
 
 
 def _dropout_cases() -> list[Case]:
-    g = _generator(71)
+    g = torch.Generator().manual_seed(71)
     return [Case("training, p = 0.3, x (5, 37, 41)", (_away_from_zero((5, 37, 41), g), 0.3, True)),
             Case("training, p = 0.1, x (4, 31, 53)", (_away_from_zero((4, 31, 53), g), 0.1, True)),
             Case("training=False (evaluation), p = 0.3", (_away_from_zero((5, 37, 41), g), 0.3, False)),
@@ -324,7 +320,7 @@ def _norm_case(label, shape, scale, offset, eps, g, dtype=torch.float32, exact_s
 
 
 def _layer_norm_cases() -> list[Case]:
-    g = _generator(72)
+    g = torch.Generator().manual_seed(72)
     return [_norm_case("(2, 5, 8)", (2, 5, 8), 1.0, 0.0, 1e-5, g),
             _norm_case("(3, 4, 6), small spread: eps matters, left at its default 1e-5", (3, 4, 6),
                        0.01, 2.0, None, g),
@@ -449,7 +445,7 @@ def _residual_case(label, shape, norm_first, g, spread=1.5, offset=0.5, update=1
 
 
 def _residual_cases() -> list[Case]:
-    g = _generator(73)
+    g = torch.Generator().manual_seed(73)
     return [_residual_case("Post-LN, (2, 5, 6)", (2, 5, 6), False, g),
             _residual_case("Pre-LN, (3, 4, 8)", (3, 4, 8), True, g),
             _residual_case("Post-LN by default (norm_first not given), (1, 7, 10)", (1, 7, 10), None, g),

@@ -9,10 +9,13 @@ deletes a step, negates a condition, or makes an operation in place (`x + y` on 
 argument becomes `x.add_(y)`, `t.masked_fill(...)` becomes `t.masked_fill_(...)`).
 
 A mutant is *equivalent* when it behaves like the reference on a large case set: the
-exercise's own cases plus `Exercise.random_cases(seed)` for RANDOM_SEEDS seeds, judged
+exercise's own cases plus `random_cases(name, seed)` (tests/random_cases/) for RANDOM_SEEDS seeds, judged
 by the check engine itself (same values within tolerance, same untouched arguments, same
 gradients, the same exceptions where a case requires one). Every other mutant must be
 rejected by `check(name, mutant)`, on the exercise's own cases alone.
+
+It also times what a learner waits for: how many cases each check runs, and how long `check`
+takes on a correct answer (the reference), the first time and again.
 
     python tests/mutants.py [exercise ...]   # writes benchmarks/MUTANTS.md (all exercises)
 """
@@ -23,6 +26,7 @@ import ast
 import copy
 import inspect
 import signal
+import statistics
 import sys
 import textwrap
 import time
@@ -36,8 +40,11 @@ from tfmlib.exercises import REGISTRY, check
 from tfmlib.exercises.core import behaves_like_reference
 from tfmlib.exercises.provenance import fingerprint
 
+from random_cases import random_cases
+
 RANDOM_SEEDS = 8
 SECONDS_PER_CALL = 20  # a mutant that loops forever is stopped and counted as rejected
+TIMED_CHECKS = 5  # checks after the first, of which the table gives the median time
 
 _SWAPS = {ast.Add: [ast.Sub], ast.Sub: [ast.Add], ast.Mult: [ast.Div], ast.Div: [ast.Mult],
           ast.MatMult: [ast.Mult], ast.Pow: [ast.Mult], ast.FloorDiv: [ast.Div], ast.Mod: [ast.FloorDiv]}
@@ -261,12 +268,9 @@ def _node_lines(source: str) -> list[str]:
 
 
 def random_case_set(name: str) -> list:
-    exercise = REGISTRY[name]
-    if exercise.random_cases is None:
-        raise ValueError(f"exercise {name!r} has no random_cases: mutants cannot be judged equivalent")
-    cases = list(exercise.make_cases())
+    cases = list(REGISTRY[name].make_cases())
     for seed in range(RANDOM_SEEDS):
-        cases.extend(exercise.random_cases(seed))
+        cases.extend(random_cases(name, seed))
     return cases
 
 
@@ -339,12 +343,54 @@ def judge_exercise(name: str, name_mistakes: bool = False) -> list[Verdict]:
     return [judge(mutant, own_cases, case_set, name_mistakes) for mutant in mutants(name)]
 
 
+@dataclass
+class Wait:
+    """What a learner waits for in one exercise's check of a correct answer."""
+    cases: int
+    first: float  # seconds; the first check of a session also makes the cases and the reference's outcomes
+    again: float  # seconds, the median of TIMED_CHECKS checks after the first
+
+
+def learners_wait(name: str) -> Wait:
+    """Time check(name, reference) in this process: its first call, then TIMED_CHECKS more."""
+    reference = REGISTRY[name].reference
+
+    def seconds() -> float:
+        start = time.perf_counter()
+        result = check(name, reference)
+        if not result:
+            raise AssertionError(f"the reference of {name!r} fails its own check: {result}")
+        return time.perf_counter() - start
+
+    first = seconds()
+    again = statistics.median(seconds() for _ in range(TIMED_CHECKS))
+    return Wait(len(REGISTRY[name].cases()), first, again)
+
+
+def wait_table(waits: dict[str, Wait]) -> list[str]:
+    lines = ["", "## What a learner waits for", "",
+             "How many cases each check runs (the notebook's own and those derived from the exercise's",
+             "contract) and how long `check` takes on a correct answer (the reference): the first check",
+             "of a session, which also makes the cases and the reference's outcomes, and the median of",
+             f"{TIMED_CHECKS} checks after it. Timed before the mutants, in the same run.", "",
+             "| exercise | cases | first check (ms) | check again (ms) |", "|---|---:|---:|---:|"]
+    lines += [f"| `{name}` | {w.cases} | {1000 * w.first:.1f} | {1000 * w.again:.1f} |"
+              for name, w in sorted(waits.items())]
+    slowest = max(waits, key=lambda name: waits[name].first)
+    lines += ["", f"The slowest check is `{slowest}`'s: {1000 * waits[slowest].first:.0f} ms the first time, "
+              f"{1000 * waits[slowest].again:.0f} ms again. All {len(waits)} exercises, "
+              f"{sum(w.cases for w in waits.values())} cases: "
+              f"{sum(w.first for w in waits.values()):.1f} s of first checks."]
+    return lines
+
+
 def table(results: dict[str, list[Verdict]], seconds: float) -> str:
     lines = ["# Mutation test of the exercise checks", "",
              "Written by `make mutants` (`python tests/mutants.py`; its docstring says how mutants are",
              "made). A mutant is *equivalent* when it behaves like the reference, as the check engine",
-             f"judges it, on the exercise's own cases plus {RANDOM_SEEDS} seeds of `random_cases`; every",
-             "other mutant must be rejected by the check on the exercise's own cases alone.",
+             f"judges it, on the exercise's own cases plus {RANDOM_SEEDS} seeds of its random cases",
+             "(tests/random_cases/); every other mutant must be rejected by the check on the exercise's",
+             "own cases alone.",
              "`tests/test_mutants.py` asserts it in `make test`.", "",
              "| exercise | mutants | equivalent | non-equivalent | rejected | named by a catalogued mistake |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -374,17 +420,20 @@ def table(results: dict[str, list[Verdict]], seconds: float) -> str:
 
 
 def main(names: list[str]) -> None:
+    everything = not names
+    names = names or sorted(REGISTRY)
+    waits = {name: learners_wait(name) for name in names}  # first: before anything makes their cases
     start = time.perf_counter()
     results = {}
-    for name in names or sorted(REGISTRY):
+    for name in names:
         results[name] = judge_exercise(name, name_mistakes=True)
         survivors = [v for v in results[name] if not v.equivalent and not v.rejected]
         print(f"{name}: {len(results[name])} mutants, {sum(v.equivalent for v in results[name])} "
               f"equivalent, {len(survivors)} survived", flush=True)
         for v in survivors:
             print(f"    SURVIVED {v.mutant.function}: {v.mutant.description} in `{v.mutant.line}`")
-    text = table(results, time.perf_counter() - start)
-    if not names:
+    text = table(results, time.perf_counter() - start) + "\n".join(wait_table(waits)) + "\n"
+    if everything:
         Path(__file__).resolve().parent.parent.joinpath("benchmarks", "MUTANTS.md").write_text(text)
     print(text)
 

@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from tfmlib import causal_mask, embed, feed_forward, layer_norm, scaled_dot_product_attention
 from tfmlib.exercises import REGISTRY, check
 
+from random_cases import random_cases
+
 NAMES = ["next_token_probs", "top_k_filter", "top_p_filter", "cached_self_attention", "lm_step"]
 
 
@@ -114,7 +116,7 @@ def test_correct_answers_written_differently_pass(name, index):
 
 @pytest.mark.parametrize("name, index", [(n, i) for n in NAMES for i in range(len(CORRECT[n]))])
 def test_correct_answers_pass_on_the_random_cases_too(name, index):
-    cases = [case for seed in range(3) for case in REGISTRY[name].random_cases(seed)]
+    cases = [case for seed in range(3) for case in random_cases(name, seed)]
     result = check(name, CORRECT[name][index], cases)
     assert result.status == "passed", str(result)
 

@@ -13,6 +13,8 @@ import torch
 from tfmlib import adam_step
 from tfmlib.exercises import REGISTRY, check
 
+from random_cases import random_cases
+
 NAMES = ["adamw_step", "clip_grad_norm", "warmup_inverse_sqrt_lr", "warmup_cosine_lr"]
 
 
@@ -166,7 +168,7 @@ def test_correct_answers_written_differently_pass(name, index):
 
 @pytest.mark.parametrize("name, index", [(n, i) for n in NAMES for i in range(len(CORRECT[n]))])
 def test_correct_answers_pass_on_the_random_cases_too(name, index):
-    cases = [case for seed in range(3) for case in REGISTRY[name].random_cases(seed)]
+    cases = [case for seed in range(3) for case in random_cases(name, seed)]
     result = check(name, CORRECT[name][index], cases)
     assert result.status == "passed", str(result)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutants import judge_exercise, random_case_set, with_time_limit  # noqa: E402
+from mutants import judge_exercise, learners_wait, random_case_set, wait_table, with_time_limit  # noqa: E402
 
 from tfmlib.exercises import REGISTRY, check  # noqa: E402
 from tfmlib.exercises.core import behaves_like_reference  # noqa: E402
@@ -56,3 +56,13 @@ def test_every_non_equivalent_mutant_is_rejected(name):
             result = with_time_limit(lambda: check(name, verdict.mutant.answer, own_cases))
         assert not result, (f"check() passes a mutant that differs on case {verdict.differs_on!r}: "
                             f"{verdict.mutant.description} in `{verdict.mutant.line}`")
+
+
+def test_the_table_of_waits_counts_each_checks_cases_and_names_the_slowest():
+    waits = {name: learners_wait(name) for name in ("shift_right", "decoder_layer")}
+    assert waits["shift_right"].cases == len(REGISTRY["shift_right"].cases())
+    assert all(w.first > 0 and w.again > 0 for w in waits.values())
+    text = "\n".join(wait_table(waits))
+    assert f"| `shift_right` | {waits['shift_right'].cases} |" in text
+    slowest = max(waits, key=lambda name: waits[name].first)
+    assert f"The slowest check is `{slowest}`'s" in text

@@ -7,7 +7,8 @@
 
 Each topic module registers its exercises and catalogued mistakes on import.
 """
-from .core import REGISTRY, Case, CheckResult, Exercise, Mistake, check, register, solution
+from .core import REGISTRY, Case, CheckResult, Exercise, Mistake, check, register
+from .solutions import solution
 from .tracker import progress, reset_progress
 
 

@@ -139,48 +139,6 @@ def _cases() -> list[Case]:
     return [Case(problem.description, (problem,)) for problem in problems]
 
 
-def _random_problems(seed: int, betas: bool = True) -> list[_Problem]:
-    """Problems of every kind above with random sizes and hyperparameters: 1 to 4 parameters
-    of any shape (a scalar, an empty one), float32 or float64, gradients from 1e-9 to 1e2 (to
-    1e20 in float64), fixed ones that may be missing on any step, or from a loss; lr from 0,
-    beta1 from 0 and beta2 from 0.5, up to just below 1."""
-    g = torch.Generator().manual_seed(900 + seed)
-
-    def uniform(low, high):
-        return low + (high - low) * float(torch.rand((), generator=g))
-
-    def integer(low, high):
-        return int(torch.randint(low, high + 1, (), generator=g))
-
-    shapes = [(), (0,), (1,), (3,), (2, 3), (4, 1), (2, 1, 3)]
-    problems = []
-    for index in range(8):
-        dtype = torch.float64 if index % 3 == 2 else torch.float32
-        count, steps = integer(1, 4), integer(1, 5)
-        params = [torch.randn(shapes[integer(0, len(shapes) - 1)], generator=g, dtype=dtype)
-                  for _ in range(count)]
-        lr = 0.0 if index == 7 else round(uniform(0.001, 0.5), 4)
-        pair = (round(uniform(0.0, 0.99), 3), round(uniform(0.5, 0.9999), 4)) if betas else None
-        problem = _Problem(f"random problem {index + 1}: {count} {dtype} parameters", params, lr,
-                           pair, steps)
-        if index % 4 == 3:  # gradients from a loss of the first few parameters
-            problem.loss = _Quadratic([p.shape for p in params[:integer(1, count)]], g, dtype)
-        else:
-            top = 21.0 if dtype == torch.float64 and index % 2 else 2.0
-            scales = [10 ** uniform(-9.0, top) for _ in params]
-            chance = [[1.0, 0.0, 0.6][integer(0, 2)] for _ in params]  # always, never, sometimes
-            problem.grads = [[scale * torch.randn(p.shape, generator=g, dtype=dtype)
-                              if float(torch.rand((), generator=g)) < keep else None
-                              for p, scale, keep in zip(params, scales, chance)]
-                             for _ in range(steps)]
-        problems.append(problem)
-    return problems
-
-
-def _random_cases(seed: int) -> list[Case]:
-    return [Case(problem.description, (problem,)) for problem in _random_problems(seed)]
-
-
 # ---- running an optimizer on a problem --------------------------------------------------------
 
 class _InPlaceOnLeaf(RuntimeError):
@@ -398,7 +356,6 @@ register(Exercise(
     output_names=_AFTER_EACH_STEP,
     reference=(adam_init, adam_step),
     make_cases=_cases,
-    random_cases=_random_cases,
     run=_adam_run,
     float64_reference=False,  # the run clones the problem's own tensors: a float64 copy is the same run
     solution_sources=(adam_init, adam_step),
@@ -487,16 +444,11 @@ def _sgd_cases() -> list[Case]:
     return [Case(problem.description, (problem,)) for problem in problems]
 
 
-def _sgd_random_cases(seed: int) -> list[Case]:
-    return [Case(problem.description, (problem,)) for problem in _random_problems(seed, betas=False)]
-
-
 register(Exercise(
     name="sgd_step",
     output_names=_AFTER_EACH_STEP,
     reference=sgd_step,
     make_cases=_sgd_cases,
-    random_cases=_sgd_random_cases,
     run=_sgd_run,
     float64_reference=False,  # the run clones the problem's own tensors: a float64 copy is the same run
     mistakes=[
@@ -544,15 +496,6 @@ def _adamw_cases() -> list[Case]:
                              [torch.randn(3, generator=g)], lr=0.5, steps=3, weight_decay=1e-2,
                              decay_given=False, grads=[[torch.randn(3, generator=g)] for _ in range(3)]))
     return [Case(problem.description, (problem,)) for problem in problems]
-
-
-def _adamw_random_cases(seed: int) -> list[Case]:
-    problems = _random_problems(seed)
-    g = torch.Generator().manual_seed(950 + seed)
-    decays = [0.0 if i == 5 else round(3 * float(torch.rand((), generator=g)), 3) for i in range(len(problems))]
-    for problem in problems[1::3]:  # eps from 1e-9 (the paper's) to 1e-2
-        problem.eps = float(f"{10 ** (-9 + 7 * float(torch.rand((), generator=g))):.2g}")
-    return [Case(problem.description, (problem,)) for problem in _with_decay(problems, decays)]
 
 
 def _adamw_run(fn, case: Case):
@@ -612,7 +555,6 @@ register(Exercise(
     output_names=_AFTER_EACH_STEP,
     reference=adamw_step,
     make_cases=_adamw_cases,
-    random_cases=_adamw_random_cases,
     run=_adamw_run,
     float64_reference=False,  # the run clones the problem's own tensors: a float64 copy is the same run
     mistakes=[
@@ -760,31 +702,6 @@ def _clip_cases() -> list[Case]:
     return [Case(problem.description, (problem,)) for problem in problems]
 
 
-def _clip_random_cases(seed: int) -> list[Case]:
-    """1 to 5 parameters of any shape, float32 or float64, gradients from 1e-3 to 1e3 or none,
-    max_norm from 0 to 10 (above or below the norm), sometimes one tensor not in a list."""
-    g = torch.Generator().manual_seed(920 + seed)
-    shapes = [(), (0,), (1,), (3,), (2, 3), (4, 1), (2, 1, 3)]
-
-    def integer(low, high):
-        return int(torch.randint(low, high + 1, (), generator=g))
-
-    cases = []
-    for index in range(8):
-        dtype = torch.float64 if index % 2 else torch.float32
-        params = [torch.randn(shapes[integer(0, len(shapes) - 1)], generator=g, dtype=dtype)
-                  for _ in range(integer(1, 5))]
-        grads = [None if integer(0, 3) == 0 else 10 ** (6 * float(torch.rand((), generator=g)) - 3)
-                 * torch.randn(p.shape, generator=g, dtype=dtype) for p in params]
-        max_norm = 0.0 if index == 6 else round(10 * float(torch.rand((), generator=g)), 3)
-        if index == 7:  # a total norm below the 1e-6 added to it: `norm - 1e-6` would flip signs
-            grads = [None if grad is None else grad * 1e-9 for grad in grads]
-        problem = _Gradients(f"random problem {index + 1}: {len(params)} {dtype} parameters", params,
-                             grads, max_norm, as_one_tensor=len(params) == 1 and index % 3 == 0)
-        cases.append(Case(problem.description, (problem,)))
-    return cases
-
-
 def _clip_variant(*, norm="global", clamp=True, returns="before", skip_none=True, squared_test=False):
     """clip_grad_norm with one classic mistake."""
     def clip(parameters, max_norm):
@@ -824,7 +741,6 @@ register(Exercise(
     name="clip_grad_norm",
     reference=clip_grad_norm,
     make_cases=_clip_cases,
-    random_cases=_clip_random_cases,
     run=_clip_run,
     output_names=("the returned norm", "the gradients", "the parameters"),
     float64_reference=False,  # the run builds its tensors from the problem: a float64 copy is the same run
@@ -884,31 +800,12 @@ def _schedule_run(fn, case: Case):
     return None if all(rate is None for rate in rates.values()) else rates
 
 
-def _steps_around(g: torch.Generator, warmup: int, last: int) -> tuple:
-    """1, 2, the steps around the end of the warm-up, a few random ones, and `last`."""
-    picks = {1, 2, max(1, warmup - 1), warmup, warmup + 1, warmup + 2, last}
-    picks |= {int(s) for s in torch.randint(1, last + 1, (6,), generator=g)}
-    return tuple(sorted(picks))
-
-
 def _inverse_sqrt_cases() -> list[Case]:
     return [Case("step 0, before the first step", (_Steps("step 0", (0,), (512, 4000, 1.0)),)),
             Case("the paper: d_model 512, 4000 warm-up steps",
                  (_Steps("paper", (1, 2, 100, 3999, 4000, 4001, 4002, 20000, 100000), (512, 4000, 1.0)),)),
             Case("every step from 1 to 30, warm-up 7", (_Steps("small", tuple(range(1, 31)), (16, 7, 1.0)),)),
             Case("factor 2, warm-up of one step", (_Steps("factor", tuple(range(1, 12)), (33, 1, 2.0)),))]
-
-
-def _inverse_sqrt_random_cases(seed: int) -> list[Case]:
-    g = torch.Generator().manual_seed(930 + seed)
-    cases = []
-    for index in range(6):
-        d_model, warmup = int(torch.randint(1, 1025, (), generator=g)), int(torch.randint(1, 5001, (), generator=g))
-        factor = round(0.1 + 3 * float(torch.rand((), generator=g)), 3)
-        steps = (0,) if index == 0 else _steps_around(g, warmup, 3 * warmup + 10)
-        cases.append(Case(f"random schedule {index + 1}",
-                          (_Steps(f"random {index + 1}", steps, (d_model, warmup, factor)),)))
-    return cases
 
 
 def _inverse_sqrt_variant(*, guard=True, shift=0, warm_shift=0, d_power=-0.5, w_power=-1.5,
@@ -930,7 +827,6 @@ register(Exercise(
     contract=Contract(float64=False, base=1),  # base: the paper's case, where factor is its default
     reference=warmup_inverse_sqrt_lr,
     make_cases=_inverse_sqrt_cases,
-    random_cases=_inverse_sqrt_random_cases,
     run=_schedule_run,
     float64_reference=False,  # plain Python floats
     # Learning rates near 1e-4: the engine's usual atol of 1e-5 would hide them. rtol 4e-6 lets a
@@ -979,20 +875,6 @@ def _cosine_cases() -> list[Case]:
                  (_Steps("no decay", tuple(range(0, 9)), (0.2, 5, 5, 0.1)),))]
 
 
-def _cosine_random_cases(seed: int) -> list[Case]:
-    g = torch.Generator().manual_seed(940 + seed)
-    cases = []
-    for index in range(6):
-        total = int(torch.randint(1, 500, (), generator=g))
-        warmup = total if index == 4 else int(torch.randint(1, total + 1, (), generator=g))
-        peak = round(10 ** (-4 + 4 * float(torch.rand((), generator=g))), 6)
-        final = 0.0 if index == 3 else round(float(torch.rand((), generator=g)), 3)
-        steps = (0,) + _steps_around(g, warmup, total + 5)
-        cases.append(Case(f"random schedule {index + 1}",
-                          (_Steps(f"random {index + 1}", steps, (peak, warmup, total, final)),)))
-    return cases
-
-
 def _cosine_variant(*, late_warmup=False, progress_from_zero=False, to_zero=False, angle=math.pi,
                     clamped=True, unscaled_floor=False):
     """warmup_cosine_lr with one classic mistake."""
@@ -1013,7 +895,6 @@ register(Exercise(
     contract=Contract(float64=False),
     reference=warmup_cosine_lr,
     make_cases=_cosine_cases,
-    random_cases=_cosine_random_cases,
     run=_schedule_run,
     float64_reference=False,  # plain Python floats
     atol=1e-12, rtol=4e-6,    # as warmup_inverse_sqrt_lr's

@@ -1,4 +1,4 @@
-"""The checking engine behind `check(name, fn)` and `solution(name)`.
+"""The checking engine behind `check(name, fn)`.
 
 An `Exercise` knows the reference function, how to make seeded cases, and the
 catalogue of classic mistakes for that step (each a deliberately wrong variant of
@@ -32,7 +32,6 @@ hard-coded for d_model 8 or 512): matching any of them names the mistake.
 from __future__ import annotations
 
 import ast
-import builtins
 import copy
 import dataclasses
 import difflib
@@ -149,9 +148,6 @@ class Exercise:
     float64_reference: bool = True
     # Check the gradients that reach each floating-point input (outputs that feed training).
     gradients: bool = False
-    # Many more seeded cases of the same kinds, for tests that judge whether two
-    # functions behave the same (the mutation test of the checks): seed -> cases.
-    random_cases: Callable[[int], list[Case]] | None = None
     # What may vary beyond the notebook's cases; None: only the cases of make_cases.
     contract: Contract | None = None
 
@@ -553,8 +549,6 @@ def _reference_accepts(exercise: Exercise, case: Case) -> bool:
         return True
     except Exception:  # sizes that no longer fit together: not an input of the contract
         return False
-
-
 
 
 # ---- the result shown in the notebook --------------------------------------------------------
@@ -1190,51 +1184,3 @@ def _is_library_file(filename: str) -> bool:
     path = os.path.abspath(filename)
     return path.startswith(_TORCH_DIR) or path.startswith(_PACKAGE_DIR) or "site-packages" in path
 
-
-# ---- solutions --------------------------------------------------------------------------------
-
-@dataclass
-class Solution:
-    name: str
-    source: str
-
-    def __str__(self) -> str:
-        return self.source
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        from pygments import highlight
-        from pygments.formatters import HtmlFormatter
-        from pygments.lexers import PythonLexer
-        return highlight(self.source, PythonLexer(), HtmlFormatter(noclasses=True))
-
-
-def solution(name: str) -> Solution:
-    """Reveal the reference solution of an exercise: the source of tfmlib's own function(s),
-    after the imports it needs (its one `_check_...` line included, imported from tfmlib):
-    pasted into the exercise's cell, it runs as shown."""
-    exercise = REGISTRY.get(name)
-    if exercise is None:
-        raise ValueError(f"name: no exercise called {name!r}; known: {', '.join(sorted(REGISTRY))}")
-    reference = exercise.reference if isinstance(exercise.reference, tuple) else (exercise.reference,)
-    functions = exercise.solution_sources or reference
-    sources = [textwrap.dedent(inspect.getsource(f)) for f in functions]
-    return Solution(name, _imports_needed(functions, sources) + "\n\n\n" + "\n\n".join(sources))
-
-
-def _imports_needed(functions, sources) -> str:
-    """`import torch`, `from tfmlib.multihead import linear, split_heads`: the module-level
-    names that the shown functions use."""
-    shown, modules, names = {f.__name__ for f in functions}, [], {}
-    for function, source in zip(functions, sources):
-        used = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
-        for name in sorted(used - shown):
-            value = function.__globals__.get(name)
-            if inspect.ismodule(value):
-                line = f"import {value.__name__}" + ("" if value.__name__.endswith(name) else f" as {name}")
-                modules += [line] if line not in modules else []
-            elif name in function.__globals__ and not hasattr(builtins, name):
-                where = getattr(value, "__module__", None) if callable(value) else function.__module__
-                names.setdefault(where or function.__module__, set()).add(name)
-    return "\n".join(modules + [f"from {m} import {', '.join(sorted(n))}" for m, n in names.items()])

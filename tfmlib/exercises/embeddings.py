@@ -28,27 +28,6 @@ def _embed_cases() -> list[Case]:
     ]
 
 
-def _embed_random_cases(seed: int) -> list[Case]:
-    """(B, L) ids into a (V, D) table of any size (V = 1, D = 1, odd D), scale on and off,
-    and a float64 table."""
-    g = torch.Generator().manual_seed(seed)
-
-    def draw(low, high):
-        return int(torch.randint(low, high + 1, (), generator=g))
-
-    sizes = [(1, 1, 1, 1), (2, 1, 3, 2)] + [(draw(1, 4), draw(1, 7), draw(1, 20), draw(1, 12))
-                                           for _ in range(6)]             # (B, L, V, D)
-    cases = []
-    for batch, length, vocab_size, d_model in sizes:
-        ids, table = _ids_and_table(g, batch, length, vocab_size, d_model)
-        for scale in (True, False):
-            cases.append(Case(f"B={batch}, L={length}, V={vocab_size}, D={d_model}, scale={scale}",
-                              (ids, table), {"scale": scale}))
-    ids, table = _ids_and_table(g, 2, 3, 6, 5)
-    cases.append(Case("a float64 table", (ids, table.double())))
-    return cases
-
-
 def _embedder(factor, *, always=False):
     def variant(token_ids, table, scale=True):
         vectors = table[token_ids]
@@ -68,7 +47,6 @@ register(Exercise(
                               "D": {"table": (1,)}}, wide=("D",)),
     reference=embed,
     make_cases=_embed_cases,
-    random_cases=_embed_random_cases,
     gradients=True,    # the table is trained through this lookup
     mistakes=[
         Mistake("divided by sqrt(d_model) instead of multiplied",
@@ -123,15 +101,6 @@ def _pe(*, exponent=lambda i, d: 2 * i / d, angle=None, swap=False, halves=False
     return variant
 
 
-def _pe_random_cases(seed: int) -> list[Case]:
-    """Any length from 1 and any even d_model from 2 (max_len stays under 64: at longer
-    lengths a float32 angle, as in the Annotated Transformer, drifts past the tolerance)."""
-    g = torch.Generator().manual_seed(seed)
-    sizes = [(1, 2), (1, 8), (4, 2)] + [(int(torch.randint(1, 65, (), generator=g)),
-                                         2 * int(torch.randint(1, 33, (), generator=g))) for _ in range(7)]
-    return [Case(f"max_len={max_len}, d_model={d_model}", (max_len, d_model)) for max_len, d_model in sizes]
-
-
 # Sizes a learner may have hard-coded (the notebook's, the paper's, ...), besides 512.
 _COMMON_D_MODELS = (4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256, 768, 1024)
 
@@ -152,7 +121,6 @@ register(Exercise(
                                                        wide=("D",), float64=False),
     reference=sinusoidal_positional_encoding,
     make_cases=_pe_cases,
-    random_cases=_pe_random_cases,
     atol=1e-4,
     mistakes=[
         Mistake("frequency term fixed for one d_model",
@@ -208,31 +176,6 @@ def _add_cases() -> list[Case]:
     ]
 
 
-def _add_random_cases(seed: int) -> list[Case]:
-    """x (B, L, D) and a pe (max_len >= L, D), sinusoidal or learned (random): L = 1, L = max_len,
-    B = 1, B = L, D = 2, odd D, float64."""
-    g = torch.Generator().manual_seed(seed)
-
-    def draw(low, high):
-        return int(torch.randint(low, high + 1, (), generator=g))
-
-    sizes = [(1, 1, 2, 1), (3, 3, 4, 3), (2, 4, 5, 4)]        # (B, L, D, max_len)
-    for _ in range(6):
-        length = draw(1, 8)
-        sizes.append((draw(1, 4), length, draw(1, 9), length + draw(0, 6)))
-    cases = []
-    for batch, length, d_model, max_len in sizes:
-        x = torch.randn(batch, length, d_model, generator=g)
-        learned = torch.randn(max_len, d_model, generator=g)
-        cases.append(Case(f"B={batch}, L={length}, D={d_model}, learned pe of {max_len} rows", (x, learned)))
-        if d_model % 2 == 0:
-            cases.append(Case(f"B={batch}, L={length}, D={d_model}, sinusoidal pe of {max_len} rows",
-                              (x, sinusoidal_positional_encoding(max_len, d_model))))
-    x, pe = torch.randn(2, 3, 4, generator=g), torch.randn(5, 4, generator=g)
-    cases.append(Case("float64", (x.double(), pe.double())))
-    return cases
-
-
 def _added_in_place(x, pe):
     x += pe[: x.size(1)]
     return x
@@ -244,7 +187,6 @@ register(Exercise(
                                                 "D": {"x": (-1,), "pe": (-1,)}}, wide=("D",), base=2),
     reference=add_positional_encoding,
     make_cases=_add_cases,
-    random_cases=_add_random_cases,
     gradients=True,    # x comes from the embedding table, and a learned pe is trained too
     mistakes=[
         Mistake("pe not sliced to the sequence length",
@@ -281,28 +223,6 @@ def _rope_cases() -> list[Case]:
              {"positions": torch.arange(4, 7)}),
         Case("one position, one pair (L = 1, D = 2)", (torch.randn(3, 1, 2, generator=g),)),
     ]
-
-
-def _rope_random_cases(seed: int) -> list[Case]:
-    """x (..., L, D) with 0 to 3 leading axes, L = 1, D = 2, float64; positions None, an offset,
-    or any L integer positions."""
-    g = torch.Generator().manual_seed(seed)
-
-    def draw(low, high):
-        return int(torch.randint(low, high + 1, (), generator=g))
-
-    shapes = [(1, 2), (3, 1, 2), (2, 2, 1, 6)] + [
-        tuple(draw(1, 3) for _ in range(draw(0, 3))) + (draw(1, 7), 2 * draw(1, 6)) for _ in range(6)]
-    cases = []
-    for shape in shapes:
-        x, length, offset = torch.randn(shape, generator=g), shape[-2], draw(1, 50)
-        cases += [Case(f"x {shape}", (x,)),
-                  Case(f"x {shape}, positions from {offset}", (x,),
-                       {"positions": torch.arange(offset, offset + length)}),
-                  Case(f"x {shape}, positions in any order", (x,),
-                       {"positions": torch.randint(0, 64, (length,), generator=g)})]
-    cases.append(Case("float64", (torch.randn(2, 5, 4, generator=g).double(),)))
-    return cases
 
 
 def _rope(*, pairs="interleaved", sign=1.0, swap=False, exponent=lambda i, d: 2 * i / d,
@@ -355,7 +275,6 @@ register(Exercise(
                                    "D": {"x": (-1,)}}, wide=("D",), base=3),
     reference=apply_rope,
     make_cases=_rope_cases,
-    random_cases=_rope_random_cases,
     solution_sources=(emb.rotate_half_pairs, apply_rope),
     atol=1e-4,
     gradients=True,    # queries and keys are rotated inside the trained model

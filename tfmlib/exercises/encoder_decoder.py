@@ -15,8 +15,6 @@ memory and every parameter: an answer that detaches a sublayer fails.
 """
 from __future__ import annotations
 
-import random
-
 import torch
 
 from ..encoder_decoder import decoder_layer, encoder, encoder_layer
@@ -25,10 +23,6 @@ from ..sublayers import feed_forward, layer_norm
 from .core import Case, Contract, Exercise, Mistake, register
 from .multihead import causal, padding, random_mha_params
 from .sublayers import random_ffn_params, random_norm_params
-
-
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def random_encoder_params(d_model: int, d_ff: int, g: torch.Generator) -> dict:
@@ -57,76 +51,10 @@ def _attention(params, num_heads, mask, memory=None):
     return attend
 
 
-# ---- random cases: the contract with random sizes, and its edges --------------------------------
-
-# The masks the notebook hands a layer: none, padding (B, 1, 1, L), causal (1, 1, L, L), both (B, 1, L, L).
-_MASKS = ("no mask", "padding mask", "causal mask", "causal & padding mask")
-
-
-def _mask(kind: str, lengths: list[int], length: int):
-    if kind == "no mask":
-        return None
-    if kind == "padding mask":
-        return padding(lengths, length)
-    if kind == "causal mask":
-        return causal(length)
-    return causal(length) & padding(lengths, length)
-
-
-def _random_shapes(rng: random.Random) -> list[tuple[str, int, int]]:
-    """(what, batch, length) of one seed's cases: the edges of the contract (an empty batch,
-    no tokens, one token, one head, float64), then random sizes."""
-    return ([("empty batch", 0, rng.randint(1, 5)), ("no tokens", rng.randint(1, 3), 0),
-             ("one token", rng.randint(1, 3), 1), ("one head", rng.randint(1, 3), rng.randint(2, 7)),
-             ("float64", rng.randint(1, 3), rng.randint(2, 7))]
-            + [("random", rng.randint(1, 3), rng.randint(2, 7)) for _ in range(4)])
-
-
-def _random_sizes(rng: random.Random, what: str) -> tuple[int, int, int]:
-    """(num_heads, d_model, d_ff). d_model = num_heads * d_k is at least 2: a LayerNorm over a
-    single feature returns beta whatever its input, which would hide everything before it."""
-    heads = 1 if what == "one head" else rng.randint(1, 4)
-    return heads, heads * rng.randint(2 if heads == 1 else 1, 3), rng.randint(1, 24)
-
-
-def _lengths(rng: random.Random, batch: int, length: int) -> list[int]:
-    """Sentence lengths for a padding mask: at least one real token where there is room."""
-    return [rng.randint(min(1, length), length) for _ in range(batch)]
-
-
-def _double(value):
-    """`value` (a tensor, or dicts, lists and tuples of them) with every float tensor made float64."""
-    if isinstance(value, torch.Tensor):
-        return value.double() if value.is_floating_point() else value
-    if isinstance(value, dict):
-        return {k: _double(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_double(v) for v in value)
-    return value
-
-
-def _random_encoder_cases(seed: int, stack: bool) -> list[Case]:
-    """Random cases of `encoder` (stack=True: 1 to 4 layers) or of `encoder_layer`."""
-    rng, g = random.Random(seed), _generator(8000 + seed)
-    cases = []
-    for what, batch, length in _random_shapes(rng):
-        heads, d_model, d_ff = _random_sizes(rng, what)
-        kind, count = rng.choice(_MASKS), rng.randint(1, 4)
-        x = rng.uniform(0.3, 3.0) * torch.randn(batch, length, d_model, generator=g)
-        params = [random_encoder_params(d_model, d_ff, g) for _ in range(count)] if stack \
-            else random_encoder_params(d_model, d_ff, g)
-        mask = _mask(kind, _lengths(rng, batch, length), length)
-        args = _double((x, params, heads)) if what == "float64" else (x, params, heads)
-        label = f"{what}: (B, L, D) = ({batch}, {length}, {d_model}), heads={heads}, {kind}"
-        cases.append(Case(f"{label}, layers={count}" if stack else label,
-                          args, {} if mask is None else {"mask": mask}))
-    return cases
-
-
 # ---- encoder_layer ----------------------------------------------------------------------------
 
 def _encoder_layer_cases() -> list[Case]:
-    g = _generator(80)
+    g = torch.Generator().manual_seed(80)
     return [Case("(2, 5, 12), 3 heads, padding mask",
                  (torch.randn(2, 5, 12, generator=g), random_encoder_params(12, 20, g), 3),
                  {"mask": padding([5, 3], 5)}),
@@ -178,7 +106,6 @@ register(Exercise(
                                                "L": {"x": (1,), "mask": (-1,)}}),
     reference=encoder_layer,
     make_cases=_encoder_layer_cases,
-    random_cases=lambda seed: _random_encoder_cases(seed, stack=False),
     gradients=True,
     mistakes=[
         Mistake("mask not passed to self-attention",
@@ -210,7 +137,7 @@ register(Exercise(
 # ---- encoder ----------------------------------------------------------------------------------
 
 def _encoder_cases() -> list[Case]:
-    g = _generator(81)
+    g = torch.Generator().manual_seed(81)
 
     # Stacks of 3 and 4: with only 2 layers, skipping the first layer looks like feeding every
     # layer x, and skipping the last like returning inside the loop.
@@ -288,7 +215,6 @@ register(Exercise(
     contract=Contract(axes={"B": {"x": (0,), "mask": (0,)}, "L": {"x": (1,), "mask": (-1,)}}),
     reference=encoder,
     make_cases=_encoder_cases,
-    random_cases=lambda seed: _random_encoder_cases(seed, stack=True),
     gradients=True,
     mistakes=[
         Mistake("every layer fed the original x",
@@ -324,7 +250,7 @@ register(Exercise(
 # ---- decoder_layer ----------------------------------------------------------------------------
 
 def _decoder_layer_cases() -> list[Case]:
-    g = _generator(82)
+    g = torch.Generator().manual_seed(82)
 
     def case(label, batch, lt, ls, d_model, d_ff, heads, tgt_lengths, src_lengths):
         x, memory = torch.randn(batch, lt, d_model, generator=g), torch.randn(batch, ls, d_model, generator=g)
@@ -335,32 +261,6 @@ def _decoder_layer_cases() -> list[Case]:
     return [case("Lt=5, Ls=7, (B, D) = (2, 12), 3 heads", 2, 5, 7, 12, 20, 3, [5, 4], [7, 3]),
             case("Lt=4, Ls=3, (3, 8), 2 heads", 3, 4, 3, 8, 16, 2, [4, 2, 3], [3, 3, 1]),
             case("Lt = Ls = 6, (2, 8), 4 heads", 2, 6, 6, 8, 12, 4, [6, 4], [5, 6])]
-
-
-# The masks the notebook hands a decoder layer's self-attention and its cross-attention.
-_SELF_MASKS = ("no mask", "causal mask", "causal & padding mask")
-_MEMORY_MASKS = ("no mask", "padding mask")
-
-
-def _random_decoder_layer_cases(seed: int) -> list[Case]:
-    """Random sizes with Lt and Ls drawn apart, random masks of each kind; besides the edges
-    of _random_shapes, an empty memory (Ls = 0) and a single source token."""
-    rng, g = random.Random(seed), _generator(8200 + seed)
-    cases = []
-    for what, batch, lt in _random_shapes(rng) + [("empty memory", rng.randint(1, 3), rng.randint(1, 6)),
-                                                  ("one source token", rng.randint(1, 3), rng.randint(1, 6))]:
-        heads, d_model, d_ff = _random_sizes(rng, what)
-        ls = {"empty memory": 0, "one source token": 1}.get(what, rng.randint(1, 7))
-        self_kind, memory_kind = rng.choice(_SELF_MASKS), rng.choice(_MEMORY_MASKS)
-        x = rng.uniform(0.3, 3.0) * torch.randn(batch, lt, d_model, generator=g)
-        memory = rng.uniform(0.3, 3.0) * torch.randn(batch, ls, d_model, generator=g)
-        self_mask = _mask(self_kind, _lengths(rng, batch, lt), lt)
-        memory_mask = _mask(memory_kind, _lengths(rng, batch, ls), ls)
-        args = (x, memory, random_decoder_params(d_model, d_ff, g), heads, self_mask, memory_mask)
-        cases.append(Case(f"{what}: (B, Lt, Ls, D) = ({batch}, {lt}, {ls}, {d_model}), heads={heads}, "
-                          f"self_mask: {self_kind}, memory_mask: {memory_kind}",
-                          _double(args) if what == "float64" else args))
-    return cases
 
 
 def _decoder_layer_variant(self_mask_source="self", memory_mask_source="memory",
@@ -397,7 +297,6 @@ register(Exercise(
               "Ls": {"memory": (1,), "memory_mask": (-1,)}}),
     reference=decoder_layer,
     make_cases=_decoder_layer_cases,
-    random_cases=_random_decoder_layer_cases,
     gradients=True,
     mistakes=[
         Mistake("self-attention without the causal self_mask",

@@ -33,14 +33,6 @@ from .multihead import random_mha_params
 INF = float("inf")
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _sizes(g: torch.Generator):
-    return lambda low, high: int(torch.randint(low, high + 1, (), generator=g))
-
-
 def _random_logits(g, shape, dtype=torch.float32, integer=False, scale=2.0):
     """Logits of `shape`; `integer`: whole numbers from -3 to 3, so that rows hold ties."""
     if integer:
@@ -48,18 +40,10 @@ def _random_logits(g, shape, dtype=torch.float32, integer=False, scale=2.0):
     return (scale * torch.randn(shape, generator=g, dtype=torch.float64)).to(dtype)
 
 
-def _some_minus_inf(logits, g, share=0.3):
-    """`logits` with a share of entries set to -inf (as an earlier filter leaves them), never
-    the largest of a row."""
-    drop = torch.rand(logits.shape, generator=g) < share
-    drop &= logits < logits.amax(dim=-1, keepdim=True)
-    return logits.masked_fill(drop, -INF)
-
-
 # ---- next_token_probs: temperature ------------------------------------------------------------
 
 def _temperature_cases() -> list[Case]:
-    g = _generator(140)
+    g = torch.Generator().manual_seed(140)
     return [
         Case("(B, V) = (3, 7), T = 0.5: sharper", (_random_logits(g, (3, 7)), 0.5)),
         Case("(V,) = (9,), T = 2: flatter", (_random_logits(g, (9,)), 2.0)),
@@ -69,23 +53,6 @@ def _temperature_cases() -> list[Case]:
              (torch.tensor([[300.0, 296.0, 200.0, -5.0], [0.0, 250.0, 248.0, 1.0]]), 0.25)),
         Case("a row with -inf logits, T = 3", (torch.tensor([[1.0, -INF, 0.5, -INF, -1.0]]), 3)),
     ]
-
-
-def _temperature_random_cases(seed: int) -> list[Case]:
-    """1 to 3 axes, V from 1 to 12, T from 0.1 to 5 (and the int 2), float32 or float64,
-    logits of scale 0.5 to 40, some rows with -inf entries."""
-    g = _generator(1400 + seed)
-    size = _sizes(g)
-    cases = []
-    for index in range(8):
-        shape = tuple(size(1, 4) for _ in range(size(0, 2))) + (size(1, 12),)
-        dtype = (torch.float32, torch.float64)[size(0, 1)]
-        logits = _random_logits(g, shape, dtype, scale=(0.5, 3.0, 40.0)[index % 3])
-        if index % 4 == 3:
-            logits = _some_minus_inf(logits, g)
-        temperature = 2 if index == 5 else round(0.1 + 4.9 * float(torch.rand((), generator=g)), 3)
-        cases.append(Case(f"random case {index + 1}: {shape}, T = {temperature}", (logits, temperature)))
-    return cases
 
 
 def _softmax_then_divide(logits, temperature):
@@ -107,7 +74,6 @@ register(Exercise(
                                          scales={"logits": (100.0,)}),
     reference=next_token_probs,
     make_cases=_temperature_cases,
-    random_cases=_temperature_random_cases,
     mistakes=[
         Mistake("temperature applied after the softmax",
                 "divide the logits by the temperature, then take the softmax: softmax(logits / T); "
@@ -145,7 +111,7 @@ def _filter_run(fn, case: Case):
 # ---- top_k_filter -----------------------------------------------------------------------------
 
 def _top_k_cases() -> list[Case]:
-    g = _generator(141)
+    g = torch.Generator().manual_seed(141)
     return [
         Case("(B, V) = (3, 8), k = 3", (_random_logits(g, (3, 8)), 3)),
         Case("ties at the k-th largest: every tied token is kept",
@@ -158,23 +124,6 @@ def _top_k_cases() -> list[Case]:
              (torch.tensor([[0.5, -INF, 1.5, 0.2, -INF], [-INF, -INF, 0.0, -INF, 0.1]],
                            dtype=torch.float64), 3)),
     ]
-
-
-def _top_k_random_cases(seed: int) -> list[Case]:
-    """1 to 3 axes, V from 1 to 10, k from 1 to V + 2, integer logits (ties) or not, float32 or
-    float64, some entries already -inf."""
-    g = _generator(1410 + seed)
-    size = _sizes(g)
-    cases = []
-    for index in range(8):
-        shape = tuple(size(1, 4) for _ in range(size(0, 2))) + (size(1, 10),)
-        dtype = (torch.float32, torch.float64)[size(0, 1)]
-        logits = _random_logits(g, shape, dtype, integer=index % 2 == 0)
-        if index % 3 == 2:
-            logits = _some_minus_inf(logits, g)
-        k = size(1, shape[-1] + 2)
-        cases.append(Case(f"random case {index + 1}: {shape}, k = {k}", (logits, k)))
-    return cases
 
 
 def _exactly_k(logits, k):
@@ -205,7 +154,6 @@ register(Exercise(
                                      scales={"logits": (1000.0,)}),
     reference=top_k_filter,
     make_cases=_top_k_cases,
-    random_cases=_top_k_random_cases,
     float64_reference=False,
     run=_filter_run,
     output_names=("filtered logits", "which tokens are -inf"),
@@ -248,7 +196,7 @@ def _exact_threshold_logits(dtype=torch.float32) -> torch.Tensor:
 
 
 def _top_p_cases() -> list[Case]:
-    g = _generator(142)
+    g = torch.Generator().manual_seed(142)
     return [
         Case("(B, V) = (3, 8), p = 0.9", (_random_logits(g, (3, 8)), 0.9)),
         Case("mass exactly p = 0.75 after two tokens: exactly those two", (_exact_threshold_logits(), 0.75)),
@@ -261,23 +209,6 @@ def _top_p_cases() -> list[Case]:
         Case("(V,) = (6,) with -inf from top-k, p = 0.95",
              (torch.tensor([1.0, -INF, 0.3, 2.0, -INF, 0.8]), 0.95)),
     ]
-
-
-def _top_p_random_cases(seed: int) -> list[Case]:
-    """1 to 3 axes, V from 1 to 10, p anywhere in (0, 1] (1 included), integer logits (ties)
-    or not, float32 or float64, some entries already -inf; and the exact-threshold rows."""
-    g = _generator(1420 + seed)
-    size = _sizes(g)
-    cases = [Case("exact threshold, float64", (_exact_threshold_logits(torch.float64), 0.75))]
-    for index in range(8):
-        shape = tuple(size(1, 4) for _ in range(size(0, 2))) + (size(1, 10),)
-        dtype = (torch.float32, torch.float64)[size(0, 1)]
-        logits = _random_logits(g, shape, dtype, integer=index % 2 == 0, scale=(1.0, 3.0)[index % 2])
-        if index % 3 == 2:
-            logits = _some_minus_inf(logits, g)
-        p = 1.0 if index == 7 else round(0.02 + 0.96 * float(torch.rand((), generator=g)), 3)
-        cases.append(Case(f"random case {index + 1}: {shape}, p = {p}", (logits, p)))
-    return cases
 
 
 def _top_p_variant(rule="before < p", order="descending", mass="softmax", back="values",
@@ -317,7 +248,6 @@ register(Exercise(
                                      scales={"logits": (1000.0,)}),
     reference=top_p_filter,
     make_cases=_top_p_cases,
-    random_cases=_top_p_random_cases,
     float64_reference=False,
     run=_filter_run,
     output_names=("filtered logits", "which tokens are -inf"),
@@ -375,7 +305,7 @@ def _attention_case(label, g, batch, new, past, heads, d_k, dtype=torch.float32)
 
 
 def _attention_cases() -> list[Case]:
-    g = _generator(143)
+    g = torch.Generator().manual_seed(143)
     return [
         _attention_case("the prompt: no cache yet, 4 new tokens, causal among them", g, 2, 4, None, 2, 3),
         _attention_case("one new token, 5 cached (B=2, H=2, d_k=3)", g, 2, 1, 5, 2, 3),
@@ -383,20 +313,6 @@ def _attention_cases() -> list[Case]:
         _attention_case("3 new after 3 cached, one head", g, 3, 3, 3, 1, 4),
         _attention_case("one new token after 1 cached, float64", g, 2, 1, 1, 3, 2, torch.float64),
     ]
-
-
-def _attention_random_cases(seed: int) -> list[Case]:
-    """B from 1 to 3, 1 to 4 heads of d_k 1 to 4, 1 to 4 new tokens after 0 to 5 cached ones
-    (or no cache at all), float32 or float64."""
-    g = _generator(1430 + seed)
-    size = _sizes(g)
-    cases = []
-    for index in range(6):
-        past = None if index == 0 else size(0 if index % 2 else 1, 5)
-        dtype = (torch.float32, torch.float64)[size(0, 1)]
-        cases.append(_attention_case(f"random case {index + 1}", g, size(1, 3), size(1, 4), past,
-                                     size(1, 4), size(1, 4), dtype))
-    return cases
 
 
 def _cached_attention_variant(axis=2, new_first=False, mask="last rows", keep_cache=False,
@@ -428,7 +344,6 @@ register(Exercise(
     contract=Contract(axes={"B": {"x": (0,), "cache": (0,)}, "L": {"x": (1,)}}, base=2),
     reference=cached_self_attention,
     make_cases=_attention_cases,
-    random_cases=_attention_random_cases,
     output_names=("output", "new cache"),
     mistakes=[
         Mistake("cache concatenated on the wrong axis",
@@ -482,7 +397,7 @@ def _lm_step_case(label, g, config, batch, past, new):
 
 
 def _lm_step_cases() -> list[Case]:
-    g = _generator(144)
+    g = torch.Generator().manual_seed(144)
     one = LMConfig(vocab_size=9, d_model=8, num_heads=2, d_ff=12, num_layers=1, max_len=12)
     two = LMConfig(vocab_size=7, d_model=6, num_heads=3, d_ff=10, num_layers=2, max_len=10)
     return [
@@ -491,21 +406,6 @@ def _lm_step_cases() -> list[Case]:
         _lm_step_case("3 new tokens after 2 cached, 2 blocks", g, two, 1, 2, 3),
         _lm_step_case("one new token after 1 cached, 1 block", g, one, 3, 1, 1),
     ]
-
-
-def _lm_step_random_cases(seed: int) -> list[Case]:
-    """Models of 1 to 3 blocks, 1 to 3 heads of d_k 1 to 3, V from 2 to 9; 1 to 3 new tokens
-    after 1 to 6 cached (or none)."""
-    g = _generator(1440 + seed)
-    size = _sizes(g)
-    cases = []
-    for index in range(4):
-        heads = size(1, 3)
-        config = LMConfig(vocab_size=size(2, 9), d_model=heads * size(1, 3), num_heads=heads,
-                          d_ff=size(1, 8), num_layers=size(1, 3), max_len=10)
-        past = None if index == 0 else size(1, 6)
-        cases.append(_lm_step_case(f"random case {index + 1}", g, config, size(1, 3), past, size(1, 3)))
-    return cases
 
 
 def _lm_step_variant(positions="continue", cache_of="own", scale=True, final_norm=True):
@@ -537,7 +437,6 @@ register(Exercise(
     contract=Contract(axes={"B": {"ids": (0,)}}),
     reference=lm_step,
     make_cases=_lm_step_cases,
-    random_cases=_lm_step_random_cases,
     output_names=("logits", "new caches"),
     mistakes=[
         Mistake("positions restart at 0 at every cached step",

@@ -16,7 +16,6 @@ every parameter: an answer that detaches a sublayer fails.
 from __future__ import annotations
 
 import math
-import random
 
 import torch
 import torch.nn.functional as F
@@ -24,16 +23,11 @@ import torch.nn.functional as F
 from ..embeddings import embed
 from ..language_model import LMConfig, decoder_block, lm_forward, lm_loss
 from ..masks import causal_mask
-from ..multihead import linear, multi_head_attention
+from ..multihead import multi_head_attention
 from ..sublayers import feed_forward, layer_norm
 from .core import Case, Contract, Exercise, Mistake, register
-from .encoder_decoder import _double
 from .multihead import causal, padding, random_mha_params
 from .sublayers import random_ffn_params, random_norm_params
-
-
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def random_block(d_model: int, d_ff: int, g: torch.Generator) -> dict:
@@ -51,11 +45,6 @@ def random_lm_params(config: LMConfig, g: torch.Generator) -> dict:
 
 
 # ---- decoder_block ------------------------------------------------------------------------------
-
-# The masks a caller hands the block: none (the causal default), causal & padding (a padded
-# batch), and masks with no causal part (the block must use them as given).
-_MASKS = ("default (None)", "causal & padding", "padding only", "all True")
-
 
 def _block_mask(kind: str, lengths: list[int], length: int):
     if kind == "default (None)":
@@ -75,28 +64,12 @@ def _block_case(label, g, batch, length, d_model, d_ff, heads, kind, lengths=Non
 
 
 def _decoder_block_cases() -> list[Case]:
-    g = _generator(140)
+    g = torch.Generator().manual_seed(140)
     return [_block_case("causal by default", g, 2, 6, 12, 20, 3, "default (None)"),
             _block_case("a padded batch", g, 3, 5, 8, 16, 2, "causal & padding", [5, 3, 4]),
             _block_case("a mask with no causal part: used as given", g, 2, 4, 8, 12, 4, "all True"),
             _block_case("padding only: used as given", g, 2, 5, 6, 10, 2, "padding only", [5, 2]),
             _block_case("large inputs", g, 1, 7, 8, 8, 1, "default (None)", scale=3.0)]
-
-
-def _random_decoder_block_cases(seed: int) -> list[Case]:
-    """Random sizes and masks, and the edges: one token, one head, an empty batch, float64."""
-    rng, g = random.Random(seed), _generator(14000 + seed)
-    cases = []
-    for what in ("one token", "one head", "empty batch", "float64") + ("random",) * 5:
-        heads = 1 if what == "one head" else rng.randint(1, 4)
-        d_model, d_ff = heads * rng.randint(2 if heads == 1 else 1, 4), rng.randint(1, 24)
-        batch = 0 if what == "empty batch" else rng.randint(1, 3)
-        length = 1 if what == "one token" else rng.randint(2, 7)
-        lengths = [rng.randint(1, length) for _ in range(batch)]
-        case = _block_case(what, g, batch, length, d_model, d_ff, heads, rng.choice(_MASKS), lengths,
-                           scale=rng.uniform(0.3, 3.0))
-        cases.append(Case(case.label, _double(case.args), case.kwargs) if what == "float64" else case)
-    return cases
 
 
 def _block_variant(mask_rule="reference", norms=("norm1", "norm2"), post_ln=False, add_back="x",
@@ -136,7 +109,6 @@ register(Exercise(
                                                "L": {"x": (1,), "mask": (-2, -1)}}, base=1),
     reference=decoder_block,
     make_cases=_decoder_block_cases,
-    random_cases=_random_decoder_block_cases,
     gradients=True,
     mistakes=[
         Mistake("causal mask forgotten",
@@ -182,7 +154,7 @@ def _forward_case(label, g, batch, length, config):
 
 
 def _lm_forward_cases() -> list[Case]:
-    g = _generator(141)
+    g = torch.Generator().manual_seed(141)
     return [_forward_case("two blocks", g, 2, 6, LMConfig(11, d_model=8, num_heads=2, d_ff=12,
                                                           num_layers=2, max_len=7)),
             _forward_case("three blocks, every position", g, 3, 5,
@@ -190,31 +162,6 @@ def _lm_forward_cases() -> list[Case]:
             # vocab_size == d_model: a transposed tied output layer runs, and gives other logits
             _forward_case("vocab_size == d_model", g, 2, 4, LMConfig(8, d_model=8, num_heads=4,
                                                                      d_ff=8, num_layers=2, max_len=6))]
-
-
-def _random_lm_config(rng: random.Random, what: str) -> LMConfig:
-    heads = rng.randint(1, 3)
-    d_model = heads * rng.randint(2 if heads == 1 else 1, 4)
-    vocab = d_model if what == "vocab_size == d_model" else rng.randint(2, 13)
-    return LMConfig(vocab, d_model=d_model, num_heads=heads, d_ff=rng.randint(1, 16),
-                    num_layers=rng.randint(1, 3), max_len=rng.randint(1, 8))
-
-
-def _random_lm_forward_cases(seed: int, *, extra: int = 0) -> list[Case]:
-    """Random configs and lengths up to max_len (+ `extra`: lm_loss reads one more), and the
-    edges: one token, a full context, an empty batch, vocab_size == d_model, float64."""
-    rng, g = random.Random(seed), _generator(14100 + seed)
-    cases = []
-    # An empty batch has no position to average a loss over (nan): lm_forward's edge only.
-    edges = ("shortest", "full context") + (() if extra else ("empty batch",))
-    for what in edges + ("vocab_size == d_model", "float64") + ("random",) * 4:
-        config = _random_lm_config(rng, what)
-        longest = config.max_len + extra
-        length = {"shortest": 1 + extra, "full context": longest}.get(what, rng.randint(1 + extra, longest))
-        batch = 0 if what == "empty batch" else rng.randint(1, 3)
-        case = _forward_case(what, g, batch, length, config)
-        cases.append(Case(case.label, _double(case.args)) if what == "float64" else case)
-    return cases
 
 
 def _forward_variant(positions="before the blocks", scale=True, final_norm=True, tied="E^T",
@@ -244,7 +191,6 @@ register(Exercise(
     contract=Contract(axes={"B": {"ids": (0,)}, "L": {"ids": (1,)}}),
     reference=lm_forward,
     make_cases=_lm_forward_cases,
-    random_cases=_random_lm_forward_cases,
     gradients=True,
     mistakes=[
         Mistake("positions added after the blocks",
@@ -285,7 +231,7 @@ register(Exercise(
 # ---- lm_loss ------------------------------------------------------------------------------------
 
 def _lm_loss_cases() -> list[Case]:
-    g = _generator(142)
+    g = torch.Generator().manual_seed(142)
     config = LMConfig(9, d_model=8, num_heads=2, d_ff=12, num_layers=2, max_len=6)
     return [_forward_case("windows of max_len + 1", g, 3, 7, config),
             _forward_case("shorter windows", g, 2, 4, config),
@@ -314,7 +260,6 @@ register(Exercise(
     contract=Contract(axes={"B": {"ids": (0,)}}),
     reference=lm_loss,
     make_cases=_lm_loss_cases,
-    random_cases=lambda seed: _random_lm_forward_cases(seed, extra=1),
     gradients=True,
     mistakes=[
         Mistake("targets not shifted: each position scored against its own token",

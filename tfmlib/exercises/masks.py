@@ -30,24 +30,6 @@ def _batch_cases(seed: int) -> list[Case]:
     ]
 
 
-def _batch_random_cases(seed: int) -> list[Case]:
-    """(B, L) right-padded ids of any size: B = 1, L = 1, rows as long as L, of length 1 or of
-    padding only; pad id 0 or another, with id 0 then a real token."""
-    g = torch.Generator().manual_seed(seed)
-
-    def draw(low, high):
-        return int(torch.randint(low, high + 1, (), generator=g))
-
-    cases = [Case("one token", (_ids([1], 1, 0, g), 0)),
-             Case("one pad token, pad id 2", (_ids([0], 1, 2, g), 2))]
-    for _ in range(8):
-        batch, max_len, pad_id = draw(1, 5), draw(1, 9), draw(0, 3)
-        lengths = [draw(0, max_len) for _ in range(batch)]
-        cases.append(Case(f"lengths {lengths} of {max_len}, pad id {pad_id}",
-                          (_ids(lengths, max_len, pad_id, g), pad_id)))
-    return cases
-
-
 def _as(dtype, fn):
     return lambda *args: fn(*args).to(dtype)
 
@@ -83,7 +65,6 @@ register(Exercise(
     contract=Contract(axes={"B": {"token_ids": (0,)}, "L": {"token_ids": (1,)}}),
     reference=padding_mask,
     make_cases=lambda: _batch_cases(41),
-    random_cases=_batch_random_cases,
     mistakes=[
         Mistake("padding mask on the query axis",
                 "padding hides KEYS: the mask must be (B, 1, 1, L), e.g. mask[:, None, None, :], "
@@ -124,12 +105,6 @@ def _causal_cases() -> list[Case]:
     return [Case(f"seq_len={n}", (n,)) for n in (5, 1, 2, 7)]
 
 
-def _causal_random_cases(seed: int) -> list[Case]:
-    g = torch.Generator().manual_seed(seed)
-    lengths = [1, 2, 3] + torch.randint(4, 40, (5,), generator=g).tolist()
-    return [Case(f"seq_len={n}", (n,)) for n in lengths]
-
-
 def _triangle(keep):
     def variant(seq_len):
         return keep(torch.ones(seq_len, seq_len, dtype=torch.bool))[None, None]
@@ -145,7 +120,6 @@ register(Exercise(
     contract=Contract(axes={"L": {"seq_len": ()}}),
     reference=causal_mask,
     make_cases=_causal_cases,
-    random_cases=_causal_random_cases,
     mistakes=[
         Mistake("upper triangle: query i sees the future",
                 "query i (row) may see keys 0..i (columns): keep the LOWER triangle, torch.tril",
@@ -200,7 +174,6 @@ register(Exercise(
     contract=Contract(axes={"B": {"token_ids": (0,)}, "L": {"token_ids": (1,)}}),
     reference=target_mask,
     make_cases=lambda: _batch_cases(43),
-    random_cases=_batch_random_cases,
     solution_sources=(padding_mask, causal_mask, target_mask),
     mistakes=[
         Mistake("combined with | instead of &",

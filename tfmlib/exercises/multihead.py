@@ -38,15 +38,6 @@ def call_naming_view_errors(fn, *args, **kwargs):
         raise _ViewOfNonContiguous(*error.args).with_traceback(error.__traceback__) from None
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _sizes(g: torch.Generator):
-    """size(low, high): a random int in [low, high], drawn from `g`."""
-    return lambda low, high: int(torch.randint(low, high + 1, (), generator=g))
-
-
 def random_mha_params(d_model: int, g: torch.Generator) -> dict:
     """Weights (D, D) stored (out, in) and non-zero biases, so that every term shows."""
     params = {}
@@ -69,36 +60,13 @@ def causal(length: int) -> torch.Tensor:
 # ---- linear -----------------------------------------------------------------------------------
 
 def _linear_cases() -> list[Case]:
-    g = _generator(60)
+    g = torch.Generator().manual_seed(60)
     r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
     return [Case("(B, L, in) -> (B, L, out), out != in", (r(2, 5, 4), r(7, 4), r(7))),
             Case("2-D input, square weight", (r(3, 6), r(6, 6), r(6))),
             Case("bias=None", (r(2, 3, 5), r(3, 5), None)),
             Case("3-D input, square weight", (r(3, 2, 5), r(5, 5), r(5))),
             Case("one vector (in,) -> (out,)", (r(4), r(3, 4), r(3)))]
-
-
-def _linear_random_cases(seed: int) -> list[Case]:
-    """Inputs of 1 to 4 axes, in != out, square, in = out = 1, bias or None, empty, float64."""
-    g = _generator(600 + seed)
-    size = _sizes(g)
-
-    def case(label, lead, n_in=None, n_out=None, bias=True, dtype=torch.float32):
-        n_in, n_out = n_in or size(1, 8), n_out or size(1, 8)
-        x = torch.randn(*lead, n_in, generator=g, dtype=dtype)
-        weight = torch.randn(n_out, n_in, generator=g, dtype=dtype)
-        return Case(label, (x, weight, torch.randn(n_out, generator=g, dtype=dtype) if bias else None))
-
-    b, length, d = size(1, 3), size(1, 5), size(2, 8)
-    return [case("(B, L, in) -> (B, L, out)", (b, length)),
-            case("2-D input", (size(1, 5),)),
-            case("bias=None", (b, length), bias=False),
-            case("square weight", (b, length), n_in=d, n_out=d),
-            case("one vector (in,)", ()),
-            case("4-D input", (2, b, length)),
-            case("in = out = 1", (b, length), n_in=1, n_out=1),
-            case("empty batch", (0, length)),
-            case("float64", (b, length), dtype=torch.float64)]
 
 
 def _linear_untransposed(x, weight, bias=None):
@@ -120,7 +88,6 @@ register(Exercise(
                                "out": {"weight": (0,), "bias": (0,)}}, wide=("in", "out")),
     reference=linear,
     make_cases=_linear_cases,
-    random_cases=_linear_random_cases,
     gradients=True,
     mistakes=[
         Mistake("x @ W instead of x @ W.T",
@@ -139,29 +106,11 @@ register(Exercise(
 # ---- split_heads ------------------------------------------------------------------------------
 
 def _split_cases() -> list[Case]:
-    g = _generator(61)
+    g = torch.Generator().manual_seed(61)
     return [Case("(B, L, D) = (2, 5, 12), 3 heads", (torch.randn(2, 5, 12, generator=g), 3)),
             Case("(3, 4, 8), 2 heads", (torch.randn(3, 4, 8, generator=g), 2)),
             Case("(1, 7, 6), 3 heads", (torch.randn(1, 7, 6, generator=g), 3)),
             Case("(2, 3, 4), 4 heads: d_k = 1", (torch.randn(2, 3, 4, generator=g), 4))]
-
-
-def _heads_random_cases(seed: int, split: bool) -> list[Case]:
-    """(B, L, H * d_k) and H for split_heads, (B, H, L, d_k) for merge_heads: one head,
-    d_k = 1, one token, an empty batch, float64."""
-    g = _generator((610 if split else 620) + seed)
-    size = _sizes(g)
-
-    def case(label, batch=None, heads=None, length=None, d_k=None, dtype=torch.float32):
-        batch, heads = size(1, 3) if batch is None else batch, heads or size(1, 4)
-        length, d_k = length or size(1, 6), d_k or size(1, 4)
-        if split:
-            return Case(label, (torch.randn(batch, length, heads * d_k, generator=g, dtype=dtype), heads))
-        return Case(label, (torch.randn(batch, heads, length, d_k, generator=g, dtype=dtype),))
-
-    return [case("random sizes"), case("random sizes"), case("one head", heads=1),
-            case("d_k = 1", d_k=1), case("one token", length=1), case("empty batch", batch=0),
-            case("float64", dtype=torch.float64)]
 
 
 def _split_straight(x, num_heads):
@@ -185,7 +134,6 @@ register(Exercise(
                                     wide=("D",), values={"num_heads": (1,)}),
     reference=split_heads,
     make_cases=_split_cases,
-    random_cases=lambda seed: _heads_random_cases(seed, split=True),
     gradients=True,
     mistakes=[
         Mistake("reshaped straight to (B, H, L, d_k)",
@@ -206,7 +154,7 @@ register(Exercise(
 # ---- merge_heads ------------------------------------------------------------------------------
 
 def _merge_cases() -> list[Case]:
-    g = _generator(62)
+    g = torch.Generator().manual_seed(62)
     return [Case("(B, H, L, d_k) = (2, 3, 5, 4)", (torch.randn(2, 3, 5, 4, generator=g),)),
             Case("(1, 4, 3, 2)", (torch.randn(1, 4, 3, 2, generator=g),)),
             Case("(3, 2, 6, 5)", (torch.randn(3, 2, 6, 5, generator=g),)),
@@ -238,7 +186,6 @@ register(Exercise(
                                     "d_k": {"x": (3,)}}),
     reference=merge_heads,
     make_cases=_merge_cases,
-    random_cases=lambda seed: _heads_random_cases(seed, split=False),
     gradients=True,
     run=lambda fn, case: call_naming_view_errors(fn, *case.args, **case.kwargs),
     mistakes=[
@@ -263,7 +210,7 @@ register(Exercise(
 # ---- multi_head_attention ---------------------------------------------------------------------
 
 def _mha_cases() -> list[Case]:
-    g = _generator(63)
+    g = torch.Generator().manual_seed(63)
     cases = []
     x = torch.randn(2, 5, 12, generator=g)
     cases.append(Case("self-attention, no mask, (2, 5, 12), 3 heads",
@@ -285,41 +232,6 @@ def _mha_cases() -> list[Case]:
                       "sample 0's query 1 sees no key at all",
                       (q, kv, kv, random_mha_params(4, g), 4), {"mask": visible}))
     return cases
-
-
-def _mha_random_cases(seed: int) -> list[Case]:
-    """Self- and cross-attention (Lq != Lk, key is or is not value), every mask layout the
-    docstring allows, fully masked rows, one head, d_k = 1, one token, float64."""
-    g = _generator(630 + seed)
-    size = _sizes(g)
-
-    def case(label, heads=None, d_k=None, lq=None, lk=None, mask=None, cross=True, shared_kv=False,
-             visible=0.7, dtype=torch.float32):
-        """`mask`: its shape, from "B", "H", "1", "q", "k"."""
-        heads, d_k = heads or size(1, 3), d_k or size(1, 4)
-        batch, d_model = size(1, 3), heads * d_k
-        lq = lq or size(1, 6)
-        lk = (lk or size(1, 6)) if cross else lq
-        x = lambda n: torch.randn(batch, n, d_model, generator=g, dtype=dtype)  # noqa: E731
-        query = x(lq)
-        key = x(lk) if cross else query
-        value = key if shared_kv or not cross else x(lk)
-        params = {name: t.to(dtype) for name, t in random_mha_params(d_model, g).items()}
-        n = {"B": batch, "H": heads, "1": 1, "q": lq, "k": lk}
-        kwargs = {} if mask is None else {
-            "mask": torch.rand(tuple(n[axis] for axis in mask), generator=g) < visible}
-        return Case(label, (query, key, value, params, heads), kwargs)
-
-    return [case("self-attention, no mask", cross=False),
-            case("cross-attention, key is value, padding mask (B, 1, 1, Lk)", shared_kv=True, mask="B11k"),
-            case("cross-attention, key != value, mask (B, 1, Lq, Lk)", mask="B1qk"),
-            case("self-attention, shared mask (1, 1, Lq, Lk), rows fully masked", cross=False,
-                 mask="11qk", visible=0.3),
-            case("cross-attention, a mask per head (B, H, Lq, Lk)", mask="BHqk"),
-            case("one head", heads=1, mask="B11k"),
-            case("d_k = 1", d_k=1, mask="B1qk"),
-            case("one query, one key", lq=1, lk=1),
-            case("float64", mask="B11k", dtype=torch.float64)]
 
 
 def _mha_variant(project=None, split=split_heads, merge=merge_heads, pass_mask=True,
@@ -362,7 +274,6 @@ register(Exercise(
         scales={"query": (100.0,)}, base=1),
     reference=multi_head_attention,
     make_cases=_mha_cases,
-    random_cases=_mha_random_cases,
     gradients=True,
     run=lambda fn, case: call_naming_view_errors(fn, *case.args, **case.kwargs),
     output_names=("output", "weights"),

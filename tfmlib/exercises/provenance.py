@@ -43,6 +43,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .solutions import solution
+from .tracker import REGISTRY
+
 ENV_VAR = "TFMLIB_FORBIDDEN_CALLS"
 
 # PyTorch's (or NumPy's) own version of the operation an exercise asks to write, by exercise.
@@ -113,7 +116,6 @@ def forbidden(exercise) -> _Forbidden:
 
 @functools.lru_cache(maxsize=None)
 def _forbidden(name: str, teachers: str) -> _Forbidden:
-    from .core import REGISTRY, solution
     exercise = REGISTRY[name]
     references = exercise.reference if isinstance(exercise.reference, tuple) else (exercise.reference,)
     table = _Forbidden({}, {}, {}, {}, [])
@@ -315,7 +317,6 @@ def watched(fn, watch: _Watch):
 def vetted(name: str, fn, run_check):
     """`run_check(answer)`'s result, where `answer` is `fn` watched: a PASS turned into a FAIL
     when the answer is not the learner's own; a FAIL that says so too, after what it found."""
-    from .core import REGISTRY, CheckResult
     exercise = REGISTRY.get(name) if isinstance(name, str) else None
     if exercise is None:
         return run_check(fn)
@@ -328,4 +329,4 @@ def vetted(name: str, fn, run_check):
     summary, details = found.message(name)
     if not result:  # what it found stays first (a library's convention is named); this follows
         return dataclasses.replace(result, details=f"{result.details}\nand {summary}".lstrip())
-    return CheckResult(name, "failed", summary, details)
+    return dataclasses.replace(result, status="failed", message=summary, details=details)

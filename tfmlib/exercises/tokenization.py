@@ -1,8 +1,6 @@
 """Exercises of notebook 02: vocabulary, encode, decode, and a padded (B, L) batch."""
 from __future__ import annotations
 
-import random
-
 import torch
 
 from .. import tokenization as tok
@@ -53,38 +51,6 @@ def _tricky_cases(exercise: str) -> list[Case]:
             Case("a pad id that is not 0", (ids, vocab["<cls>"]), {"max_len": 4})]
 
 
-# ---- random cases, for telling which wrong answers behave like the reference ----------------
-
-# Words with capitals, punctuation, an accent, and words spelled like special tokens.
-_WORDS = ("the", "The", "cat", "Cat", "sat", "on", "mat", "a", "dog", "I", "love", "NLP",
-          "café", "it's", "end.", ",", "<3", "<mask>")
-_SPACES = (" ", " ", " ", "  ", "\t", "\n")
-_SPECIALS_CHOICES = (SPECIALS, OTHER_ORDER, (UNK, EOS, BOS, PAD), (*SPECIALS, "<mask>"))
-
-
-def _random_sentence(rng: random.Random, words=_WORDS, most=6) -> str:
-    tokens = [rng.choice(words + SPECIALS) if rng.random() < 0.1 else rng.choice(words)
-              for _ in range(rng.randint(0, most))]
-    edges = rng.choice(("", " ", "\n"))
-    return edges + "".join(t + rng.choice(_SPACES) for t in tokens).rstrip() + edges
-
-
-def _random_corpus(rng: random.Random) -> list[str]:
-    return [_random_sentence(rng) for _ in range(rng.randint(0, 4))]
-
-
-def _random_vocab(rng: random.Random, specials=None) -> dict[str, int]:
-    """A vocab from a random corpus; sometimes its ids are shuffled, as a hand-made one might be."""
-    if specials is None:
-        specials = rng.choice(_SPECIALS_CHOICES)
-    vocab = build_vocab(_random_corpus(rng), specials)
-    if rng.random() < 0.25:
-        ids = list(vocab.values())
-        rng.shuffle(ids)
-        vocab = dict(zip(vocab, ids))
-    return vocab
-
-
 # ---- build_vocab ------------------------------------------------------------------------------
 
 def _vocab_cases() -> list[Case]:
@@ -97,16 +63,6 @@ def _vocab_cases() -> list[Case]:
         Case("capital letters: 'The' and 'the' are two tokens", (["The cat saw the dog", "The end"],)),
         Case("<unk> and <pad> typed in a sentence keep their ids", (["the <unk> sat", "<pad> the"],)),
     ]
-
-
-def _vocab_random_cases(seed: int) -> list[Case]:
-    """Random corpora (0-4 sentences, empty and blank ones, tabs, capitals, typed specials),
-    with the default specials, given ones in another order, fewer, more, or none."""
-    rng = random.Random(200 + seed)
-    cases = [Case("default specials", (_random_corpus(rng),)) for _ in range(4)]
-    for specials in (*_SPECIALS_CHOICES, ONLY_PAD_UNK, ("[PAD]", "[UNK]", "[CLS]", "[SEP]"), ()):
-        cases.append(Case("given specials", (_random_corpus(rng), specials)))
-    return cases
 
 
 def _vocab(sentences, specials=SPECIALS, *, split=str.split, specials_first=True, start=0,
@@ -180,7 +136,6 @@ register(Exercise(
     name="build_vocab",
     reference=build_vocab,
     make_cases=lambda: _vocab_cases() + _tricky_cases("build_vocab"),
-    random_cases=_vocab_random_cases,
     solution_sources=(tok.tokenize, build_vocab),
     mistakes=[
         Mistake("specials not numbered first",
@@ -232,20 +187,6 @@ def _encode_cases() -> list[Case]:
     ]
 
 
-def _encode_random_cases(seed: int) -> list[Case]:
-    """Random sentences (known, unknown and capitalised words, typed specials, odd spacing,
-    empty) with random add_bos / add_eos, in vocabs with the specials in any order."""
-    rng = random.Random(300 + seed)
-    cases = []
-    for _ in range(10):
-        vocab = _random_vocab(rng)
-        sentence = _random_sentence(rng, _WORDS + ("zebra", "sofa"), most=8)
-        flags = {name: rng.random() < 0.5 for name in ("add_bos", "add_eos") if rng.random() < 0.7}
-        cases.append(Case("random sentence", (sentence, vocab), flags))
-    cases.append(Case("flags by position", (_random_sentence(rng), _random_vocab(rng), True, False)))
-    return cases
-
-
 def _encoder(lookup, *, split=str.split, flags=None, swap=False):
     def variant(sentence, vocab, add_bos=False, add_eos=False):
         if flags is not None:
@@ -274,7 +215,6 @@ register(Exercise(
     name="encode",
     reference=encode,
     make_cases=lambda: _encode_cases() + _tricky_cases("encode"),
-    random_cases=_encode_random_cases,
     solution_sources=(tok.tokenize, tok._special_id, encode),
     mistakes=[
         Mistake("KeyError on an unknown token",
@@ -334,22 +274,6 @@ def _decode_cases() -> list[Case]:
     ]
 
 
-def _decode_random_cases(seed: int) -> list[Case]:
-    """Random ids (lists and 1-D tensors, empty, specials anywhere, several <eos> or none)
-    in vocabs with the specials in any order, only some of them, or none; one of one word."""
-    rng = random.Random(400 + seed)
-    vocabs = [_random_vocab(rng, specials)
-              for specials in (*_SPECIALS_CHOICES, ONLY_PAD_UNK, (), *[None] * 4)]
-    cases = []
-    for vocab in vocabs + [{rng.choice(_WORDS): 0}]:
-        ids = [rng.choice(list(vocab.values())) for _ in range(rng.randint(0, 9) if vocab else 0)]
-        if rng.random() < 0.5:
-            ids = torch.tensor(ids, dtype=torch.long)
-        flag = {} if rng.random() < 0.3 else {"skip_specials": rng.random() < 0.6}
-        cases.append(Case("random ids", (ids, vocab), flag))
-    return cases
-
-
 def _decoder(*, stop_at_eos=True, skip=SPECIALS, flag=True, tolist=True, invert=True,
              join=" ".join, by_id=False):
     def variant(ids, vocab, skip_specials=True):
@@ -374,7 +298,6 @@ register(Exercise(
     name="decode",
     reference=decode,
     make_cases=lambda: _decode_cases() + _tricky_cases("decode"),
-    random_cases=_decode_random_cases,
     solution_sources=(tok.invert_vocab, decode),
     mistakes=[
         Mistake("does not stop at <eos>",
@@ -422,26 +345,6 @@ def _pad_cases() -> list[Case]:
     ]
 
 
-def _pad_random_cases(seed: int) -> list[Case]:
-    """1-5 rows of 0-6 ids (the pad id among them), any pad id, max_len None, shorter,
-    equal or longer than the longest row, given by position or keyword; and []."""
-    rng = random.Random(500 + seed)
-    cases = []
-    for _ in range(10):
-        rows = [[rng.randint(0, 12) for _ in range(rng.randint(0, 6))] for _ in range(rng.randint(1, 5))]
-        pad_id = rng.choice((0, 0, 1, 3, 99))
-        longest = max(map(len, rows))
-        max_len = rng.choice((None, None, 1, max(1, longest - 1), max(1, longest), longest + 2))
-        if max_len is None:
-            cases.append(Case("random rows", (rows, pad_id)))
-        elif rng.random() < 0.5:
-            cases.append(Case("random rows, max_len by keyword", (rows, pad_id), {"max_len": max_len}))
-        else:
-            cases.append(Case("random rows, max_len by position", (rows, pad_id, max_len)))
-    cases.append(Case("an empty batch", ([], rng.randint(0, 3)), raises=ValueError))
-    return cases
-
-
 def _padded_rows(id_lists, pad_id, max_len, *, left=False, truncate=True, use_max_len=True,
                  pads_caller=False, cuts_caller=False):
     length = max_len if (max_len is not None and use_max_len) else max(len(i) for i in id_lists)
@@ -479,7 +382,6 @@ register(Exercise(
     name="pad_batch",
     reference=pad_batch,
     make_cases=lambda: _pad_cases() + _tricky_cases("pad_batch"),
-    random_cases=_pad_random_cases,
     mistakes=[
         _pad_mistake("padding on the left",
                      "pad on the right: the ids first, then pad_id up to length L (left padding is a "

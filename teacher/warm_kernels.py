@@ -34,14 +34,24 @@ IDLE_SECONDS = 300  # a zygote unused this long exits (Formgrader's process outl
 # The zygote: imports what every notebook of the course imports, then forks one kernel per
 # request line {"argv", "cwd", "env"} on stdin, and answers each with the kernel's pid.
 ZYGOTE = r'''
-import json, os, signal, sys
+import importlib, json, os, signal, sys
 os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # as ipykernel sets it
-import numpy, torch, torch.nn.functional, matplotlib.pyplot, ipywidgets
-import tfmlib, tfmlib.exercises, tfmlib.viz
+for name in ("numpy", "torch", "torch.nn.functional", "matplotlib.pyplot", "ipywidgets",
+             "tfmlib", "tfmlib.exercises", "tfmlib.viz"):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass  # then the notebook imports it itself, and shows the error where it always did
 import ipykernel.kernelapp, ipykernel_launcher
 replies = os.fdopen(int(sys.argv[1]), "w", buffering=1)
 signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C in the grader's terminal is the grader's
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the system reaps the kernels that exit
+def reap(signum, frame):  # waited for, the kernels' CPU time counts in the grader's own
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+signal.signal(signal.SIGCHLD, reap)
 for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
@@ -58,7 +68,8 @@ for line in sys.stdin:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"], JPY_PARENT_PID=str(os.getppid()))
-    numpy.random.seed()  # a fresh process's own random state (Python's random reseeds itself)
+    if "numpy" in sys.modules:  # a fresh process's own random state (Python's random reseeds itself)
+        sys.modules["numpy"].random.seed()
     del sys.path[0]      # the zygote's '' ; the kernel adds its own
     sys.argv = [ipykernel_launcher.__file__, *request["argv"]]
     code = 0
@@ -143,7 +154,7 @@ atexit.register(_stop)
 
 class Forked:
     """The few things of subprocess.Popen that a provisioner asks of a kernel forked by the
-    zygote (its parent, which reaps it: its exit status is not known here)."""
+    zygote (its parent, which waits for it: its exit status is not known here)."""
 
     stdin = stdout = stderr = None
 

@@ -18,8 +18,8 @@ included) stays as it is, ungraded.
 
 The folder written (default nbgrader-course/, git-ignored) is an nbgrader course root:
 nbgrader_config.py (written once, yours to edit afterwards: the points of each exercise and
-the calls an answer may not make are set there), warm_kernels.py (the config's way to start
-each submission's kernel ahead of time; rewritten on every run) and
+the calls an answer may not make are set there), warm_kernels.py (which forks each
+submission's kernel from one process with the course's imports done; rewritten on every run) and
 source/<notebook>/<notebook>.ipynb (rewritten on every run). See docs/teachers_guide.md.
 """
 from __future__ import annotations
@@ -78,10 +78,10 @@ c.Execute.timeout = 120
 c.Execute.extra_arguments = ["--InlineBackend.figure_formats=set()"]
 # Autograding must not write the grader's own progress file (tfmlib.exercises.progress).
 os.environ["TFMLIB_PROGRESS"] = ""
-# Each submission's kernel starts while the one before is graded, and imports torch and the
-# course's library before it is handed out: 3x faster per submission (benchmarks/AUTOGRADE.md).
-# Still one new kernel per submission. warm_kernels.py is rewritten next to this file by
-# make_nbgrader_course.py; delete these three lines to start kernels as nbgrader does.
+# Each submission's kernel is a fork of one process that imported torch, matplotlib and the
+# course's library once: 3x faster per submission (benchmarks/AUTOGRADE.md), and still a new
+# process per submission. make_nbgrader_course.py rewrites warm_kernels.py next to this file;
+# delete these three lines to start kernels as nbgrader does.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import warm_kernels  # noqa: E402
 c.Autograde.autograde_preprocessors = warm_kernels.autograde_preprocessors()

@@ -7,7 +7,8 @@ Three submissions of 04_masks, graded in this order by the real `nbgrader autogr
   b_raises  every answer raises
   c_honest  the instructor's answers
 Same points, same output of every test cell (what the feedback shows), and afterwards no
-process of these runs is left (no zygote, no kernel). nbgrader runs in .venv-teacher.
+process of these runs is left (no zygote, no kernel). And two kernels forked in turn are two
+processes: what the first does to torch, the second does not see. nbgrader runs in .venv-teacher.
 """
 from __future__ import annotations
 
@@ -147,3 +148,38 @@ def test_forked_kernels_give_the_same_feedback(graded):
 def test_no_kernel_or_zygote_is_left_after_grading(graded):
     for setup in ("cold", "warm"):
         assert graded[setup][3] == [], (setup, graded[setup][3])
+
+
+FORKS = """
+import json, sys
+import nbformat
+from nbclient import NotebookClient
+sys.path.insert(0, sys.argv[1])
+import warm_kernels
+
+def run(code):
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(notebook, kernel_manager_class=warm_kernels.ForkKernelManager, kernel_name="python3",
+                   timeout=120).execute()
+    cell = notebook.cells[0]
+    return {"count": cell.execution_count, "text": "".join(o.get("text", "") for o in cell.outputs)}
+
+print(json.dumps([run(code) for code in sys.argv[2:]]))
+"""
+
+
+def test_each_kernel_is_a_new_process_with_the_imports_done_and_nothing_of_the_one_before(tmp_path):
+    """Two kernels in turn: the first breaks torch, the second finds torch whole (and already
+    imported, by the zygote they are both forks of)."""
+    first = "import os, sys; print(os.getpid(), os.getppid()); import torch; torch.zeros = None"
+    second = "import os, sys; print(os.getpid(), os.getppid(), 'torch' in sys.modules); import torch; print(torch.zeros is None)"
+    done = subprocess.run([str(TEACHER_BIN / "python"), "-c", FORKS, str(REPO / "teacher"), first, second],
+                          cwd=tmp_path, env=env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    one, two = json.loads(done.stdout.splitlines()[-1])
+    pid_one, parent_one = one["text"].split()
+    pid_two, parent_two, imported, broken = two["text"].split()
+    assert pid_one != pid_two and parent_one == parent_two  # two forks of one zygote
+    assert (imported, broken) == ("True", "False")
+    assert one["count"] == two["count"] == 1  # the zygote's imports count no execution
+    assert processes_of(tmp_path) == []

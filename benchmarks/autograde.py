@@ -1,14 +1,16 @@
 """`python -m benchmarks.autograde [--students N] [--rounds R] [ASSIGNMENT ...]`
 
 How long `nbgrader autograde` takes per submission, as the course grades now and as it graded
-before issue 21, side by side on the same machine, in alternating rounds:
-  before  the grader's kernel drew every figure of the lesson (matplotlib's inline backend),
-          and each answer cell ran its check once more before the test cell did;
-  now     nbgrader_config.py's `--InlineBackend.figure_formats=set()`: figures are made but
-          never drawn; the answer cell no longer calls check (the test cell does, once).
+before, side by side on the same machine, in alternating rounds:
+  before  nbgrader starts a new kernel per submission, which imports torch, matplotlib,
+          ipywidgets and tfmlib in the notebook's first cells (`--WarmExecute.warm=False`);
+  now     each submission's kernel is forked from one process that imported them once
+          (teacher/warm_kernels.py, which the course's nbgrader_config.py turns on).
+Figures are not drawn in either (the config's `--InlineBackend.figure_formats=set()`).
 Each round autogrades N copies of the instructor's answers (every check runs to PASS) with
 `--force`, and then one copy; per submission is (N copies - one copy) / (N - 1), which leaves
-out nbgrader's own start, in wall-clock seconds and in CPU seconds (nbgrader and its kernels).
+out nbgrader's own start (and the zygote's imports, once per command), in wall-clock seconds
+and in CPU seconds (nbgrader and every process it started: kernels, the zygote).
 Writes benchmarks/AUTOGRADE.md. Needs the teachers' environment (`make teacher`).
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .timing import load_average, machine
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
-SETUPS = {"before": ["--Execute.extra_arguments=[]"], "now": []}
+SETUPS = {"before": ["--WarmExecute.warm=False"], "now": []}
 
 
 def _generator():
@@ -61,10 +63,9 @@ def _nbgrader(course: Path, *args: str) -> tuple[float, float]:
 
 
 def _copies(course: Path, assignment: str, students: int, generator) -> None:
-    """N copies of the instructor's answers, each as the learner would hand it in: `before`
-    copies also keep the check(...) call that ended each answer cell in the old release."""
+    """N copies of the instructor's answers for each setup, as a learner would hand them in."""
     source = nbformat.read(course / "source" / assignment / f"{assignment}.ipynb", as_version=4)
-    release = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    notebook = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     answers = {}
     for cell in source.cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -73,16 +74,11 @@ def _copies(course: Path, assignment: str, students: int, generator) -> None:
             begin = next(i for i, line in enumerate(lines) if "BEGIN SOLUTION" in line)
             end = next(i for i, line in enumerate(lines) if "END SOLUTION" in line)
             answers[meta["grade_id"]] = "\n".join(lines[begin + 1:end])
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = cell.source.replace("    " + generator.STUB, answers[grade_id])
     for setup in SETUPS:
-        notebook = nbformat.from_dict(release)
-        for index, cell in enumerate(notebook.cells):
-            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if grade_id in answers:
-                cell.source = cell.source.replace("    " + generator.STUB, answers[grade_id])
-                if setup == "before":  # the test cell's own check call, repeated in the answer cell
-                    test = notebook.cells[index + 1].source
-                    cell.source += "\n\n" + test[test.index("_exercises.check("):].split("\n")[0] \
-                        .replace("_result = ", "").replace("_exercises.check", "check")
         for number in range(students):
             folder = course / "submitted" / f"{setup}{number:02d}" / assignment
             folder.mkdir(parents=True, exist_ok=True)
@@ -118,15 +114,22 @@ def render(results: dict, students: int, rounds: int, seconds: float, loads: tup
              f"{students} submissions per assignment, median of {rounds} alternating rounds; "
              f"the run took {seconds / 60:.0f} min.", "",
              "| assignment | before: wall / CPU per submission | now: wall / CPU per submission "
-             "| faster (wall / CPU) | a class of 40, now (wall) |",
+             "| faster (wall / CPU) | a class of 40, wall: before / now |",
              "|---|---:|---:|---:|---:|"]
     for assignment, setups in results.items():
         before, now = setups["before"], setups["now"]
         lines.append(f"| `{assignment}` | {before[0]:.1f} s / {before[1]:.1f} s | {now[0]:.1f} s / "
                      f"{now[1]:.1f} s | {before[0] / now[0]:.1f}x / {before[1] / now[1]:.1f}x | "
-                     f"{(now[2] + 40 * now[0]) / 60:.1f} min |")
+                     f"{(before[2] + 40 * before[0]) / 60:.1f} min / {(now[2] + 40 * now[0]) / 60:.1f} min |")
     lines += ["", "A class of 40 is nbgrader's own start plus 40 times the time per submission, for "
-              "one notebook; the ten notebooks take about ten times as long."]
+              "one notebook; the ten notebooks take about ten times as long. In `now`, nbgrader's own "
+              "start includes the zygote's imports, once per command.", "",
+              "Before, most of a submission's time was the kernel's start and the notebook's first "
+              "cells importing torch, matplotlib, ipywidgets and tfmlib, in every kernel. Now one process "
+              "imports them and each submission's kernel is a fork of it (teacher/warm_kernels.py): "
+              "still a new process per submission. What is left per submission is nbgrader's own work "
+              "on each notebook (sanitizing, writing it, the gradebook), the fork and ipykernel's start, "
+              "and the lesson's own cells."]
     return "\n".join(lines) + "\n"
 
 

@@ -18,8 +18,9 @@ included) stays as it is, ungraded.
 
 The folder written (default nbgrader-course/, git-ignored) is an nbgrader course root:
 nbgrader_config.py (written once, yours to edit afterwards: the points of each exercise and
-the calls an answer may not make are set there) and source/<notebook>/<notebook>.ipynb
-(rewritten on every run). See docs/teachers_guide.md.
+the calls an answer may not make are set there), warm_kernels.py (which forks each
+submission's kernel from one process with the course's imports done; rewritten on every run) and
+source/<notebook>/<notebook>.ipynb (rewritten on every run). See docs/teachers_guide.md.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ CONFIG = '''\
 # (once: edit it freely, the script does not overwrite it).
 import json
 import os
+import sys
 
 c = get_config()  # noqa: F821 (nbgrader provides it)
 c.CourseDirectory.course_id = "transformer-shape-first"
@@ -76,6 +78,13 @@ c.Execute.timeout = 120
 c.Execute.extra_arguments = ["--InlineBackend.figure_formats=set()"]
 # Autograding must not write the grader's own progress file (tfmlib.exercises.progress).
 os.environ["TFMLIB_PROGRESS"] = ""
+# Each submission's kernel is a fork of one process that imported torch, matplotlib and the
+# course's library once: 3x faster per submission (benchmarks/AUTOGRADE.md), and still a new
+# process per submission. make_nbgrader_course.py rewrites warm_kernels.py next to this file;
+# delete these three lines to start kernels as nbgrader does.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import warm_kernels  # noqa: E402
+c.Autograde.autograde_preprocessors = warm_kernels.autograde_preprocessors()
 '''
 
 SETTINGS = ("DEFAULT_POINTS", "POINTS", "FORBIDDEN_CALLS")
@@ -296,6 +305,7 @@ def write_course(out: Path, notebooks: list[Path]) -> dict[str, list[tuple[str, 
     config = out / "nbgrader_config.py"
     if not config.exists():
         config.write_text(CONFIG)
+    shutil.copyfile(REPO / "teacher" / "warm_kernels.py", out / "warm_kernels.py")
     settings = read_settings(config)
     assignments = {}
     for path in notebooks:

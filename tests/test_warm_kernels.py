@@ -1,0 +1,185 @@
+"""Autograding with kernels forked from one warm process (teacher/warm_kernels.py) grades
+exactly as nbgrader's own kernel start does, and leaves no process behind.
+
+Three submissions of 04_masks, graded in this order by the real `nbgrader autograde`, once with
+`--WarmExecute.warm=False` (nbgrader's own start) and once as the course's config has it:
+  a_loops   padding_mask loops forever (the cell timeout interrupts it), the others right
+  b_raises  every answer raises
+  c_honest  the instructor's answers
+Same points, same output of every test cell (what the feedback shows), and afterwards no
+process of these runs is left (no zygote, no kernel). And two kernels forked in turn are two
+processes: what the first does to torch, the second does not see. nbgrader runs in .venv-teacher.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
+ASSIGNMENT = "04_masks"
+CELL_TIMEOUT = 30  # seconds; 04's slowest cell takes under 2 s (20 s on a busy 2-core machine)
+
+_spec = importlib.util.spec_from_file_location("make_nbgrader_course",
+                                               REPO / "teacher" / "make_nbgrader_course.py")
+make_course = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_course)
+
+GRADEBOOK = """
+import json
+from nbgrader.api import Gradebook
+scores = {}
+with Gradebook("sqlite:///gradebook.db") as gradebook:
+    for notebook in gradebook.find_assignment("04_masks").notebooks:
+        for cell in notebook.grade_cells:
+            for grade in cell.grades:
+                student = grade.notebook.assignment.student.id
+                scores.setdefault(student, {})[cell.name.removesuffix("-test")] = grade.score
+print(json.dumps(scores))
+"""
+
+
+def env(home: Path) -> dict:
+    environment = dict(os.environ, PATH=f"{TEACHER_BIN}:{os.environ['PATH']}", HOME=str(home),
+                       JUPYTER_CONFIG_DIR=str(home / "jupyter-config"), JUPYTER_DATA_DIR=str(home / "jupyter-data"),
+                       IPYTHONDIR=str(home / "ipython"), MPLCONFIGDIR=str(home / "matplotlib"))
+    environment.pop("JUPYTER_PATH", None)
+    return environment
+
+
+def processes_of(home: Path) -> list[str]:
+    """The command lines of the processes whose environment has HOME=home (this test's)."""
+    marker = f"HOME={home}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except OSError:  # another user's process, or one that just exited
+            continue
+    return found
+
+
+def run(course: Path, *args: str) -> str:
+    if not (TEACHER_BIN / "nbgrader").exists():
+        pytest.fail(f"no nbgrader in {TEACHER_BIN}: run `make teacher` first")
+    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=env(course.parent),
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def submissions(course: Path) -> None:
+    source = nbformat.read(course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    right = {}
+    for cell in source.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            lines = cell.source.split("\n")
+            begin, end = (next(i for i, line in enumerate(lines) if marker in line)
+                          for marker in ("BEGIN SOLUTION", "END SOLUTION"))
+            right[cell.metadata.nbgrader.grade_id] = "\n".join(lines[begin + 1:end])
+    learners = {"a_loops": {**right, "padding_mask-answer": "    while True:\n        pass"},
+                "b_raises": {name: "    raise RuntimeError(\"a learner's bug\")" for name in right},
+                "c_honest": right}
+    for student, answers in learners.items():
+        notebook = nbformat.read(course / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+        for cell in notebook.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in answers:
+                cell.source = cell.source.replace("    " + make_course.STUB, answers[grade_id])
+        folder = course / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
+
+
+def test_outputs(course: Path, student: str) -> list:
+    """Each graded test cell's outputs, as the feedback shows them."""
+    notebook = nbformat.read(course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    return [[(o.output_type, o.get("text"), o.get("ename"), o.get("evalue")) for o in cell.outputs]
+            for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+
+
+test_outputs.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict:
+    """{"cold" | "warm": (scores, {student: test cell outputs}, nbgrader's log, processes left)}."""
+    course = tmp_path_factory.mktemp("warm") / "course"
+    make_course.main(["--out", str(course), ASSIGNMENT])
+    run(course, "generate_assignment", ASSIGNMENT)
+    submissions(course)
+    results = {}
+    for setup, options in (("cold", ["--WarmExecute.warm=False"]), ("warm", [])):
+        log = run(course, "autograde", ASSIGNMENT, "--force", f"--Execute.timeout={CELL_TIMEOUT}", *options)
+        left = processes_of(course.parent)
+        done = subprocess.run([str(TEACHER_BIN / "python"), "-c", GRADEBOOK], cwd=course, env=env(course.parent),
+                              capture_output=True, text=True, timeout=120, check=True)
+        outputs = {student: test_outputs(course, student) for student in ("a_loops", "b_raises", "c_honest")}
+        results[setup] = (json.loads(done.stdout.splitlines()[-1]), outputs, log, left)
+    return results
+
+
+def test_the_warm_run_forked_every_kernel_and_the_cold_run_none(graded):
+    assert graded["warm"][2].count("forked, its imports done") == 3, graded["warm"][2]
+    assert "forked" not in graded["cold"][2]
+
+
+def test_forked_kernels_give_the_same_points(graded):
+    full = {"padding_mask": 1, "causal_mask": 1, "target_mask": 1}
+    assert graded["cold"][0] == {"a_loops": {**full, "padding_mask": 0},
+                                 "b_raises": dict.fromkeys(full, 0), "c_honest": full}
+    assert graded["warm"][0] == graded["cold"][0]
+
+
+def test_forked_kernels_give_the_same_feedback(graded):
+    assert graded["warm"][1] == graded["cold"][1]
+    assert any(output[2] == "CellTimeoutError" or "KeyboardInterrupt" in str(output)
+               for cell in graded["warm"][1]["a_loops"] for output in cell), graded["warm"][1]["a_loops"]
+
+
+def test_no_kernel_or_zygote_is_left_after_grading(graded):
+    for setup in ("cold", "warm"):
+        assert graded[setup][3] == [], (setup, graded[setup][3])
+
+
+FORKS = """
+import json, sys
+import nbformat
+from nbclient import NotebookClient
+sys.path.insert(0, sys.argv[1])
+import warm_kernels
+
+def run(code):
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(notebook, kernel_manager_class=warm_kernels.ForkKernelManager, kernel_name="python3",
+                   timeout=120).execute()
+    cell = notebook.cells[0]
+    return {"count": cell.execution_count, "text": "".join(o.get("text", "") for o in cell.outputs)}
+
+print(json.dumps([run(code) for code in sys.argv[2:]]))
+"""
+
+
+def test_each_kernel_is_a_new_process_with_the_imports_done_and_nothing_of_the_one_before(tmp_path):
+    """Two kernels in turn: the first breaks torch, the second finds torch whole (and already
+    imported, by the zygote they are both forks of)."""
+    first = "import os, sys; print(os.getpid(), os.getppid()); import torch; torch.zeros = None"
+    second = "import os, sys; print(os.getpid(), os.getppid(), 'torch' in sys.modules); import torch; print(torch.zeros is None)"
+    done = subprocess.run([str(TEACHER_BIN / "python"), "-c", FORKS, str(REPO / "teacher"), first, second],
+                          cwd=tmp_path, env=env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    one, two = json.loads(done.stdout.splitlines()[-1])
+    pid_one, parent_one = one["text"].split()
+    pid_two, parent_two, imported, broken = two["text"].split()
+    assert pid_one != pid_two and parent_one == parent_two  # two forks of one zygote
+    assert (imported, broken) == ("True", "False")
+    assert one["count"] == two["count"] == 1  # the zygote's imports count no execution
+    assert processes_of(tmp_path) == []

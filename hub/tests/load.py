@@ -5,7 +5,8 @@ Per class, all students at once, as at the start of a lesson:
   login     account, server start, nbgitpuller pull of the course, a kernel, the imports of
             notebook 10: the time until the whole class is ready;
   memory    each student's server and kernel (RSS, PSS, anonymous) after the imports, and after
-            notebook 10 up to its trained model's widget (training 500 steps included);
+            notebook 10 up to its trained model's widget (training 500 steps included, with the
+            lab's runs started beside it on two worker processes, as the lesson starts them);
   check     a right answer to `shift_right` checked, REPEATS times per student: p50 and p95;
   redraw    the widget of notebook 10 (the trained model's cross-attention) moved to another
             example, REPEATS times per student, until the kernel is idle: p50 and p95.
@@ -14,6 +15,7 @@ Every request is to 127.0.0.1; the whole run is bounded by each step's timeout.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
 import shutil
@@ -28,12 +30,19 @@ from classroom import REPO, Hub, Student, bare_course_repo, code_cells, memory_o
 
 REPEATS = 5
 NOTEBOOK = REPO / "notebooks" / "10_training.ipynb"
+WIDGET = "ReverseExplorer("  # the cell that builds the trained model's widget: the lesson runs up to it
 SHIFT_RIGHT = '''
 def my_shift_right(tgt):
     return tgt[:, :-1], tgt[:, 1:]
 
 check("shift_right", my_shift_right)
 '''
+
+
+def _through(notebook: Path, marker: str) -> int:
+    """How many cells, from the first, reach the first code cell whose source holds `marker`."""
+    cells = json.loads(notebook.read_text())["cells"]
+    return 1 + next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and marker in "".join(c["source"]))
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -46,7 +55,7 @@ async def lesson(student: Student, repo: Path, started: float) -> dict:
     server = await student.start_server()
     await student.pull(str(repo), NOTEBOOK.name)
     kernel = await student.open_kernel()
-    cells = code_cells(NOTEBOOK, upto=29)  # through the trained model's widget (cell 28)
+    cells = code_cells(NOTEBOOK, upto=_through(NOTEBOOK, WIDGET))  # through the trained model's widget
     await kernel.execute("import os; os.chdir(os.path.expanduser('~/course/notebooks'))")
     for source in cells[:2]:  # the setup cell and the imports
         result = await kernel.execute(source)
@@ -112,10 +121,11 @@ def write_report(rows: list[dict], load_before: tuple, load_after: tuple, path: 
         f"`make hub-load` (hub/tests/load.py), {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB; load average "
-        f"{load_before[0]:.1f} at the start and {load_after[0]:.1f} at the end (other work shared the machine).",
+        f"{load_before[0]:.1f} at the start and {load_after[0]:.1f} at the end.",
         "",
         "Every student at once: log in (server, nbgitpuller pull, kernel, notebook 10's imports), then",
-        "notebook 10 through its trained model's widget (500 training steps), then "
+        "notebook 10 through its trained model's widget (500 training steps, the lab's runs started "
+        "beside them on two worker processes as the lesson does), then "
         f"{REPEATS} checked exercises (`shift_right`, right answer) and {REPEATS} widget redraws each.",
         "Memory per student is their server plus kernel; MB. Anonymous memory is the student's own;",
         "RSS counts libtorch's shared pages once per student; PSS splits them between the students.",
@@ -149,8 +159,9 @@ def main(sizes: list[int]) -> None:
             try:
                 records = asyncio.run(run_class(hub, repo, size))
                 rows.append(summary(size, records, time.perf_counter() - start))
-            except RuntimeError as error:  # a class this machine could not hold is a result too
-                rows.append({"students": size, "failed": str(error).splitlines()[0]})
+            except Exception as error:  # a class this machine could not hold is a result too
+                rows.append({"students": size, "failed": f"{type(error).__name__}: {str(error).splitlines()[0]}"})
+                print(f"the hub's log, last lines:\n{hub.tail(60)}", file=sys.stderr, flush=True)
             print(rows[-1], flush=True)
         finally:
             stray = hub.stop()

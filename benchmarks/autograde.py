@@ -43,7 +43,9 @@ def _generator():
     return module
 
 
-def _env(home: Path) -> dict:
+def grader_env(home: Path) -> dict:
+    """The environment of an nbgrader command run for a course in `home`: the teachers' venv first on
+    PATH, and Jupyter's, IPython's and matplotlib's configuration in `home`, not the user's."""
     env = dict(os.environ, PATH=f"{TEACHER_BIN}:{os.environ['PATH']}", HOME=str(home),
                JUPYTER_CONFIG_DIR=str(home / "jupyter-config"), JUPYTER_DATA_DIR=str(home / "jupyter-data"),
                IPYTHONDIR=str(home / "ipython"), MPLCONFIGDIR=str(home / "matplotlib"))
@@ -55,7 +57,7 @@ def _nbgrader(course: Path, *args: str) -> tuple[float, float]:
     """(wall seconds, CPU seconds of nbgrader and every kernel it ran) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=_env(course.parent),
+    subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=grader_env(course.parent),
                    check=True, capture_output=True, timeout=3600)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -22,8 +22,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from benchmarks.autograde import TEACHER_BIN, grader_env
+
 REPO = Path(__file__).resolve().parent.parent
-TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
 ASSIGNMENT = "04_masks"
 CELL_TIMEOUT = 30  # seconds; 04's slowest cell takes under 2 s (20 s on a busy 2-core machine)
 
@@ -46,13 +47,6 @@ print(json.dumps(scores))
 """
 
 
-def env(home: Path) -> dict:
-    environment = dict(os.environ, PATH=f"{TEACHER_BIN}:{os.environ['PATH']}", HOME=str(home),
-                       JUPYTER_CONFIG_DIR=str(home / "jupyter-config"), JUPYTER_DATA_DIR=str(home / "jupyter-data"),
-                       IPYTHONDIR=str(home / "ipython"), MPLCONFIGDIR=str(home / "matplotlib"))
-    environment.pop("JUPYTER_PATH", None)
-    return environment
-
 
 def processes_of(home: Path) -> list[str]:
     """The command lines of the processes whose environment has HOME=home (this test's)."""
@@ -70,7 +64,7 @@ def processes_of(home: Path) -> list[str]:
 def run(course: Path, *args: str) -> str:
     if not (TEACHER_BIN / "nbgrader").exists():
         pytest.fail(f"no nbgrader in {TEACHER_BIN}: run `make teacher` first")
-    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=env(course.parent),
+    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=grader_env(course.parent),
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
@@ -120,7 +114,7 @@ def graded(tmp_path_factory) -> dict:
     for setup, options in (("cold", ["--WarmExecute.warm=False"]), ("warm", [])):
         log = run(course, "autograde", ASSIGNMENT, "--force", f"--Execute.timeout={CELL_TIMEOUT}", *options)
         left = processes_of(course.parent)
-        done = subprocess.run([str(TEACHER_BIN / "python"), "-c", GRADEBOOK], cwd=course, env=env(course.parent),
+        done = subprocess.run([str(TEACHER_BIN / "python"), "-c", GRADEBOOK], cwd=course, env=grader_env(course.parent),
                               capture_output=True, text=True, timeout=120, check=True)
         outputs = {student: test_outputs(course, student) for student in ("a_loops", "b_raises", "c_honest")}
         results[setup] = (json.loads(done.stdout.splitlines()[-1]), outputs, log, left)
@@ -174,7 +168,7 @@ def test_each_kernel_is_a_new_process_with_the_imports_done_and_nothing_of_the_o
     first = "import os, sys; print(os.getpid(), os.getppid()); import torch; torch.zeros = None"
     second = "import os, sys; print(os.getpid(), os.getppid(), 'torch' in sys.modules); import torch; print(torch.zeros is None)"
     done = subprocess.run([str(TEACHER_BIN / "python"), "-c", FORKS, str(REPO / "teacher"), first, second],
-                          cwd=tmp_path, env=env(tmp_path), capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=grader_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     one, two = json.loads(done.stdout.splitlines()[-1])
     pid_one, parent_one = one["text"].split()

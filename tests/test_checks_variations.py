@@ -293,7 +293,24 @@ def layer_norm_in_float32_inside(x, gamma, beta, eps=1e-5):
     return F.layer_norm(x.float(), x.shape[-1:], gamma.float(), beta.float(), eps).to(x.dtype)
 
 
+def mha_in_float32_inside(query, key, value, params, num_heads, mask=None):
+    from tfmlib import linear, merge_heads, scaled_dot_product_attention, split_heads
+    wide = {name: w.float() for name, w in params.items()}
+    q, k, v = (split_heads(linear(x.float(), wide[f"w_{n}"], wide[f"b_{n}"]), num_heads)
+               for x, n in ((query, "q"), (key, "k"), (value, "v")))
+    context, weights = scaled_dot_product_attention(q, k, v, mask)
+    return linear(merge_heads(context), wide["w_o"], wide["b_o"]).to(query.dtype), weights.to(query.dtype)
+
+
+def dropout_with_a_float32_mask(x, p, training=True):
+    if not training or p == 0:
+        return x
+    return x * (torch.rand(x.shape) >= p).float() / (1 - p)   # float16 x * float32 mask -> float32
+
+
 WRONG = [
+    ("multi_head_attention", mha_in_float32_inside, "float64"),
+    ("dropout", dropout_with_a_float32_mask, "float16"),
     ("dropout", dropout_off_by_default, "your defaults are used"),
     ("forward", forward_training_by_default, "your defaults are used"),
     ("warmup_inverse_sqrt_lr", inverse_sqrt_factor_2_by_default, "your defaults are used"),

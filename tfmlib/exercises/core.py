@@ -168,12 +168,16 @@ class Exercise:
                                          for t in _tensors_in((before.args, before.kwargs)) if t.is_leaf})
         leaves = _track_gradients(working, _argument_names(self, case)) if self.gradients else {}
         call = _without_defaults(fn, self.reference) if case.omit_defaults and callable(fn) else fn
-        value = self.run(call, working) if self.run is not None else call(*working.args, **working.kwargs)
+        value = self._call(call, working)
         changed = tuple(path for name, old, new in _named_arguments(self, before, working)
                         if name not in self.updates for path in _changes(name, old, new))
         gradients = _gradients(value, leaves) if self.gradients else None
-        moved = _moved_by_a_nudge(call, before, _detached(value)) if case.nudge and self.run is None else None
+        moved = _moved_by_a_nudge(lambda nudged: self._call(call, nudged), before, _detached(value)) \
+            if case.nudge else None
         return _Outcome(_detached(value), changed, gradients, moved)
+
+    def _call(self, fn, case: Case):
+        return self.run(fn, case) if self.run is not None else fn(*case.args, **case.kwargs)
 
 
 @dataclass
@@ -188,8 +192,8 @@ class _Outcome:
 _NUDGE = 1e-6
 
 
-def _moved_by_a_nudge(fn, case: Case, value):
-    """(fn(inputs + nudge) - value) / _NUDGE for every float tensor of the output, with every float
+def _moved_by_a_nudge(call, case: Case, value):
+    """(call(nudged case) - value) / _NUDGE for every float tensor of the output, with every float
     input that holds non-integer values nudged by _NUDGE times a fixed random number in [-1, 1]
     (masks and positions given as floats hold integers: they stay as they are). In float64 a
     correct answer moves as the reference does; one that computes in float32 inside loses the
@@ -205,7 +209,7 @@ def _moved_by_a_nudge(fn, case: Case, value):
 
     other = copy.deepcopy(_map_tensors(case, nudged))
     try:
-        moved_value = _detached(fn(*other.args, **other.kwargs))
+        moved_value = _detached(call(other))
     except Exception:  # it raises on the nudged inputs only: the value's comparison tells the rest
         return None
     return _per_unit(moved_value, value)
@@ -409,7 +413,7 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     derived = _called_again(case, names)
     if contract.float64 and any(t.is_floating_point() for t in _tensors_in((case.args, case.kwargs))):
         derived.append(dataclasses.replace(_to_float64(case), label="float64 inputs: the output follows",
-                                           nudge=exercise.run is None and exercise.float64_reference))
+                                           nudge=exercise.float64_reference))
     # Every axis but the batch cut to 1 in one case (one query), a batch of one with every
     # other axis tiled long in another; one case per axis where the reference rejects them
     # together. Each case costs the learner's wait; the batch is never cut with the others, as

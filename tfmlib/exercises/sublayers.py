@@ -109,7 +109,9 @@ def _dropout_cases() -> list[Case]:
             Case("training=False (evaluation), p = 0.3", (_away_from_zero((5, 37, 41), g), 0.3, False)),
             Case("training, p = 0: nothing to drop", (_away_from_zero((3, 7, 11), g), 0.0, True)),
             Case("training, p = 0.5, 4-D like attention weights (2, 4, 30, 30)",
-                 (_away_from_zero((2, 4, 30, 30), g), 0.5, True))]
+                 (_away_from_zero((2, 4, 30, 30), g), 0.5, True)),
+            Case("training, p = 0.2, float16 x (3, 29, 71): the output keeps x's dtype",
+                 (_away_from_zero((3, 29, 71), g).half(), 0.2, True))]
 
 
 def _fraction_zeroed(dropped: torch.Tensor, p: float) -> str:

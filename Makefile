@@ -15,11 +15,13 @@
 #   make execute    re-execute every notebook in place to refresh its stored outputs
 #   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt)
 #   make nbgrader-course  write the nbgrader course of the ten notebooks to nbgrader-course/
+#   make site       the course as a static website in build/site/ (Sphinx + MyST-NB, .venv-site)
+#   make site-preview  make site, then serve it on http://127.0.0.1:8000
 #   make hub        install JupyterHub, its proxy, culler and nbgitpuller into .venv-hub (hub/requirements.txt)
 #   make hub-test   a class of 10 on a real JupyterHub on 127.0.0.1, nbgrader round trip included (hub/tests/)
 #   make hub-load   the load test: 5, 10 and 20 students at once; writes hub/LOAD.md
 #   make clean      remove caches and build artefacts (keeps .venv)
-#   make distclean  clean, and remove .venv and .venv-teacher too
+#   make distclean  clean, and remove .venv, .venv-teacher, .venv-hub and .venv-site too
 #
 # Nothing outside .venv is used, except Debian's chromium for the browser test.
 #
@@ -52,6 +54,13 @@ TEACHER_STAMP := $(TEACHER_VENV)/.requirements.stamp
 HUB_VENV ?= .venv-hub
 HUB_BIN := $(abspath $(HUB_VENV))/bin
 HUB_STAMP := $(HUB_VENV)/.requirements.stamp
+# The course's website (make site): Sphinx and MyST-NB, apart from .venv (requirements-site.txt).
+SITE_VENV ?= .venv-site
+SITE_BIN := $(abspath $(SITE_VENV))/bin
+SITE_STAMP := $(SITE_VENV)/.requirements.stamp
+# The site's sources gathered at their repository paths (site/conf.py says why), and the site.
+SITE_SRC ?= build/site-src
+SITE_OUT ?= build/site
 
 # --- Tests -------------------------------------------------------------------
 # Tests run with PATH starting at the venv and with Jupyter, IPython and
@@ -94,7 +103,7 @@ TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench gallery notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench gallery notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load site site-install site-preview clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -137,6 +146,15 @@ $(HUB_STAMP): hub/requirements.txt requirements-teacher.txt pyproject.toml | $(H
 
 hub: $(HUB_STAMP)
 
+$(SITE_BIN)/python: | $(PY)
+	$(BASE_PYTHON) -m venv $(SITE_VENV)
+
+$(SITE_STAMP): requirements-site.txt | $(SITE_BIN)/python
+	$(call PIP_INSTALL,$(SITE_BIN),requirements-site.txt)
+	touch $@
+
+site-install: $(SITE_STAMP)
+
 # --- The README's two commands ----------------------------------------------
 # JupyterLab refuses to start as root unless told to (containers, cloud VMs).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
@@ -146,7 +164,7 @@ course: install
 
 # One pytest call selects tests/ through testpaths (pyproject.toml): the unit
 # tests and tests/browser/. The notebooks need --nbval, so they are a second call.
-test: install teacher chromium
+test: install teacher site-install chromium
 	rm -rf $(RUN_CACHE)
 	env $(TEST_RUN_CACHE) $(PYTEST) $(UNIT_XDIST) $(DURATIONS)
 	env $(TEST_RUN_CACHE) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(DURATIONS) $(NOTEBOOKS_DIR)/
@@ -207,6 +225,21 @@ hub-test: hub teacher
 hub-load: hub
 	$(HUB_TEST_ENV) $(HUB_BIN)/python hub/tests/load.py 5 10 20
 
+# The course as a website: nothing is executed, nothing is fetched, and a warning is an error.
+# The stored notebooks, README.md and docs/ are copied to their repository paths in $(SITE_SRC)
+# (with their times, so that Sphinx rebuilds only what changed); site/ holds the configuration.
+# tests/site/ builds it once per test run with this same command and checks it in Chromium.
+site: site-install
+	rm -rf $(SITE_SRC)
+	mkdir -p $(SITE_SRC)
+	cp -p README.md site/index.md site/api.md $(SITE_SRC)/
+	cp -pR notebooks docs $(SITE_SRC)/
+	$(SITE_BIN)/python -m sphinx -b html -W --keep-going -q -c site $(SITE_SRC) $(SITE_OUT)
+	@echo "The site is in $(SITE_OUT)/ (index.html); to read it: make site-preview"
+
+site-preview: site
+	$(SITE_BIN)/python -m http.server --bind 127.0.0.1 --directory $(SITE_OUT) 8000
+
 # Debian's chromium for the browser test (never `playwright install`, which
 # downloads a browser build of its own).
 chromium:
@@ -228,7 +261,7 @@ chromium:
 # --- Cleaning ----------------------------------------------------------------
 clean:
 	rm -rf .cache .pytest_cache build dist *.egg-info tests/browser/screenshots
-	find . \( -path ./$(VENV) -o -path ./$(TEACHER_VENV) -o -path ./$(HUB_VENV) \) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(TEACHER_VENV) -o -path ./$(HUB_VENV) -o -path ./$(SITE_VENV) \) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(TEACHER_VENV) $(HUB_VENV)
+	rm -rf $(VENV) $(TEACHER_VENV) $(HUB_VENV) $(SITE_VENV)

@@ -61,6 +61,8 @@ SITE_STAMP := $(SITE_VENV)/.requirements.stamp
 # The site's sources gathered at their repository paths (site/conf.py says why), and the site.
 SITE_SRC ?= build/site-src
 SITE_OUT ?= build/site
+# Sphinx's cache, beside the site rather than in it (it would be published with it).
+SITE_DOCTREES ?= $(SITE_OUT)-doctrees
 
 # --- Tests -------------------------------------------------------------------
 # Tests run with PATH starting at the venv and with Jupyter, IPython and
@@ -234,7 +236,7 @@ site: site-install
 	mkdir -p $(SITE_SRC)
 	cp -p README.md site/index.md site/api.md $(SITE_SRC)/
 	cp -pR notebooks docs $(SITE_SRC)/
-	$(SITE_BIN)/python -m sphinx -b html -W --keep-going -q -c site $(SITE_SRC) $(SITE_OUT)
+	$(SITE_BIN)/python -m sphinx -b html -W --keep-going -q -c site -d $(SITE_DOCTREES) $(SITE_SRC) $(SITE_OUT)
 	@echo "The site is in $(SITE_OUT)/ (index.html); to read it: make site-preview"
 
 site-preview: site

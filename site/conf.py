@@ -34,7 +34,8 @@ author = "the course's authors"
 copyright = "the course's authors"
 language = "en"
 
-extensions = ["myst_nb", "sphinx.ext.autodoc"]
+# githubpages: a .nojekyll file, so that GitHub Pages serves _static/ and _images/ as they are.
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.githubpages"]
 root_doc = "index"
 # README.md is the home page's content (index.md includes it), not a page of its own.
 exclude_patterns = ["README.md", "**/.ipynb_checkpoints"]

@@ -23,8 +23,8 @@ MODEL_REFERENCE = "IPY_MODEL_"
 SOLUTION_CALL = re.compile(r"\bsolution\s*\(")
 WIDGET_NOTE = ("*A still of this widget. In JupyterLab it moves: open this notebook with the "
                "launch button at the top of the page (Binder, Colab or your JupyterHub).*")
-WIDGET_NOTE_NO_STILL = ("*A widget: it moves in JupyterLab (launch button at the top of the "
-                        "page); this notebook stores no still of it.*")
+WIDGET_NOTE_NO_STILL = ("*A widget. In JupyterLab it moves (launch button at the top of the page); "
+                        "this notebook stores no still of it.*")
 
 
 def read(text: str) -> nbformat.NotebookNode:

@@ -33,9 +33,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 # Files whose tests share one expensive module- or session-scoped fixture (a JupyterLab server
-# and Chromium; nbgrader's course and its autograded gradebook): under pytest-xdist's
+# and Chromium; nbgrader's course and its autograded gradebook; the built website): under pytest-xdist's
 # `--dist loadgroup` (make test) each file's tests run on one worker, so it is built once.
-ONE_WORKER_FILES = {"test_notebooks_in_browser.py": "browser", "test_nbgrader.py": "nbgrader"}
+ONE_WORKER_FILES = {"test_notebooks_in_browser.py": "browser", "test_nbgrader.py": "nbgrader",
+                    "test_site.py": "site"}
 
 
 # tryfirst: xdist writes each test's group into its node id in a hook of the same name, which

@@ -19,7 +19,7 @@ conftest.py) from a local HTTP server.
 from __future__ import annotations
 
 import functools
-import html
+import os
 import re
 import subprocess
 import threading
@@ -58,13 +58,16 @@ class BuiltSite:
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory) -> BuiltSite:
     base = tmp_path_factory.mktemp("site")
+    # As a user runs it, not as a sub-make of `make test` (whose -j would make it warn).
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     # The install first (a no-op after `make test`'s own): pip's notices are not the build's.
-    install = subprocess.run(["make", "--no-print-directory", "site-install"], cwd=ROOT,
+    install = subprocess.run(["make", "--no-print-directory", "site-install"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert install.returncode == 0, f"make site-install failed:\n{install.stdout[-3000:]}{install.stderr[-3000:]}"
     build = subprocess.run(["make", "--no-print-directory", "site", f"SITE_SRC={base / 'src'}",
-                            f"SITE_OUT={base / 'html'}"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=BUILD_TIMEOUT_S)
+                            f"SITE_OUT={base / 'html'}"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=BUILD_TIMEOUT_S)
     log = build.stdout + build.stderr
     assert build.returncode == 0, f"make site failed:\n{log[-6000:]}"
     return BuiltSite(html=base / "html", log=log)
@@ -127,7 +130,9 @@ def site_context(browser, site_url):
         else:
             route.abort()
 
-    context.route(lambda url: not url.startswith(site_url), outside)
+    # A regular expression, matched by Playwright's driver: a Python predicate would send every
+    # request of every page through this process.
+    context.route(re.compile(rf"^(?!{re.escape(site_url)}/)"), outside)
     try:
         yield context
     finally:
@@ -232,7 +237,7 @@ def unique_words(notebooks: list[Path]) -> dict[Path, str]:
              for nb in notebooks}
     chosen = {}
     for nb, own in words.items():
-        others = set().union(*(w.lower() for ws in (words[o] for o in notebooks if o != nb) for w in ws))
+        others = {word.lower() for other in notebooks if other != nb for word in words[other]}
         candidates = sorted((w for w in own if w.lower() not in others), key=lambda w: (-len(w), w))
         assert candidates, f"{nb.name}: every word of its prose is in another notebook too"
         chosen[nb] = candidates[0]

@@ -7,6 +7,7 @@ figure's dpi) and returns a list of problems, empty when the figure is fine:
 * text below `MIN_FONT_PT` as displayed (a shrunk figure shrinks its text too);
 * text outside the canvas: a widget's frame clips it (the inline backend's crop hides it);
 * texts that overlap: tick labels, titles, axis labels, legends, notes, numbers in cells;
+* a text written in a box (a diagram's rectangle or rounded box) that spills over its edges;
 * a legend over a marker of its axes' data or over a note written in the axes;
 * a legend over a drawn line of its axes (any stretch of it, not only its markers);
 * a colour map outside `ALLOWED_CMAPS`;
@@ -36,6 +37,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.image import AxesImage
+from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.cm import ScalarMappable
 from matplotlib.text import Text
 
@@ -72,6 +74,7 @@ def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT
                         f"the smallest {name} at {size:.1f} pt")
     problems += _overlaps(texts, boxes, tick_labels)
     for ax in fig.axes:
+        problems += _text_outside_its_box(ax, renderer)
         problems += _covered_by_legend(ax, renderer)
         problems += _stretched_tiles(ax)
         problems += _same_colour_series(ax)
@@ -125,7 +128,8 @@ def _drawn_texts(fig) -> tuple[list[Text], set[Text]]:
         for axis in (ax.xaxis, ax.yaxis):
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
                 tick_labels.update((tick.label1, tick.label2))
-            painted.update(_painted_tick_labels(axis))
+            if ax.axison:                          # set_axis_off(): no tick label is painted
+                painted.update(_painted_tick_labels(axis))
     texts = [text for text in _visible(fig, Text)
              if text.get_text().strip() and (text not in tick_labels or text in painted)]
     return texts, painted
@@ -185,6 +189,33 @@ def _covered_by_legend(ax, renderer) -> list[str]:
     for text in ax.texts:
         if text.get_visible() and text.get_text().strip() and _overlap(box, text.get_window_extent(renderer)):
             problems.append(f"the legend covers the text {_name(text)}")
+    return problems
+
+
+def _text_outside_its_box(ax, renderer) -> list[str]:
+    """A text written in a box (a rectangle or rounded box of the axes that holds its anchor,
+    the smallest one if several do) must fit inside it: a diagram's label that spills over its
+    box's edge reads as cut, or as belonging to the next box."""
+    if not ax.get_visible():
+        return []
+    boxes = [patch.get_window_extent(renderer) for patch in ax.patches
+             if patch.get_visible() and isinstance(patch, (Rectangle, FancyBboxPatch))]
+    boxes = [box for box in boxes if box.width > 2 and box.height > 2]
+    problems = []
+    for text in ax.texts:
+        if not (text.get_visible() and text.get_text().strip()) or text.get_rotation() % 90:
+            continue
+        extent = text.get_window_extent(renderer)
+        anchor = text.get_transform().transform(text.get_position())
+        holders = [box for box in boxes if box.contains(*anchor)]
+        if not holders:
+            continue
+        box = min(holders, key=lambda b: b.width * b.height)
+        if (extent.x0 < box.x0 - SLACK_PX or extent.x1 > box.x1 + SLACK_PX
+                or extent.y0 < box.y0 - SLACK_PX or extent.y1 > box.y1 + SLACK_PX):
+            problems.append(f"text outside its box: {_name(text)} spans x {extent.x0:.0f}..{extent.x1:.0f}, "
+                            f"y {extent.y0:.0f}..{extent.y1:.0f} of a box x {box.x0:.0f}..{box.x1:.0f}, "
+                            f"y {box.y0:.0f}..{box.y1:.0f} px")
     return problems
 
 

@@ -60,6 +60,11 @@ IDEA_COLOURS = {
     "masked": MASKED_COLOUR,
 }
 
+#: "You are here": the step a notebook is about, in the course map and the concept diagrams
+#: (tfmlib/viz/concepts.py): an edge in Okabe-Ito's orange, a fill in a light tint of it.
+HIGHLIGHT_COLOUR = PALETTE[3]
+HIGHLIGHT_FILL = "#fbe3b3"
+
 SEQUENTIAL_CMAP = "viridis"   #: values from 0 up, e.g. attention weights (0-1)
 DIVERGING_CMAP = "RdBu_r"     #: signed values, always with limits symmetric about 0
 

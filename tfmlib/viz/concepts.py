@@ -46,12 +46,12 @@ ATTENTION_FILL = "#e3e3e3"  #: attention sublayers, a shade darker
 #: The course's steps in data-flow order: (key, title, what flows out, the notebooks it names).
 COURSE_STEPS = (
     ("02", "02 · text → ids", f"ids ({B}, {L})"),
-    ("03", "03 · embed + positions", f"x ({B}, {L}, {D})"),
+    ("03", "03 · embeddings", f"x ({B}, {L}, {D})"),
     ("04", "04 · masks", f"mask ({B}, 1, 1, {L})"),
     ("05", "05 · attention", f"weights ({B}, {L}, {L})"),
     ("06", "06 · multi-head", f"weights ({B}, {H}, {L}, {L})"),
-    ("07", "07 · FFN, LayerNorm", f"out ({B}, {L}, {D})"),
-    ("08", "08 · enc. → decoder", f"out ({B}, {LT}, {D})"),
+    ("07", "07 · sublayers", f"out ({B}, {L}, {D})"),
+    ("08", "08 · layers, stacks", f"out ({B}, {LT}, {D})"),
     ("10", "10 · logits → loss", "logits (B, Lt, V) → 1"),
     ("09", "09 · grads → Adam", "new weights"),
 )

@@ -361,8 +361,9 @@ def head_features(reshape: str = "right") -> np.ndarray:
 HEAD_FILLS = ("#f6d8a8", "#cfe8d9", "#e6cfe0", "#d9d9d9")
 
 
-def head_split():
-    """Splitting sentence 0 of `x` (L, D) = (8, 16) into H = 4 heads of d_k = 4 (06).
+def head_split(name: str = "q"):
+    """Splitting sentence 0 of `name` (L, D) = (8, 16), the queries of 06 by default, into
+    H = 4 heads of d_k = 4 (06).
 
     Each cell shows the token it comes from; its colour is the group of 4 features it comes
     from, which is the head it belongs to. Right (`split_heads`): every head holds all 8 tokens,
@@ -376,7 +377,7 @@ def head_split():
     for t in range(L):
         for f in range(D):
             _cell(ax, x0 + f * cell, y_top - (t + 1) * cell, cell, t, HEAD_FILLS[f // D_K])
-    _note(ax, x0 + D * cell / 2, y_top + 0.33, f"x[0]: (L, D) = ({L}, {D})", weight="bold")
+    _note(ax, x0 + D * cell / 2, y_top + 0.33, f"{name}[0]: (L, D) = ({L}, {D})", weight="bold")
     for group in range(H):
         _note(ax, x0 + (group + 0.5) * D_K * cell, y_top + 0.12, f"{group * D_K}-{group * D_K + D_K - 1}")
     _note(ax, x0 + D * cell / 2, y_top - L * cell - 0.3, "digit: the token it belongs to\n"

@@ -41,7 +41,15 @@ from pathlib import Path as _Path
 from IPython import get_ipython as _get_ipython
 from matplotlib.backend_bases import FigureCanvasBase as _Canvas
 from tfmlib.viz.common import Explorer as _Explorer
+from tfmlib.viz.lint import NotebookColours as _NotebookColours
 from tfmlib.viz.lint import lint_figure as _lint_figure
+
+_notebook_colours = _NotebookColours()       # one kernel runs one notebook: its idea colours
+
+
+def _lint_figure_in_notebook(figure):
+    return _lint_figure(figure) + _notebook_colours.check(figure)
+
 
 _gallery = {"dir": _Path(_os.environ["TFMLIB_GALLERY_DIR"]), "pictures": 0, "kept": [], "built": []}
 
@@ -55,7 +63,7 @@ def _gallery_keep(kind, png, problems, state=""):
 
 
 def _gallery_print_figure(self, filename, *args, _original=_Canvas.print_figure, **kwargs):
-    problems = _lint_figure(self.figure)              # before the crop of bbox_inches="tight"
+    problems = _lint_figure_in_notebook(self.figure)  # before the crop of bbox_inches="tight"
     result = _original(self, filename, *args, **kwargs)
     if hasattr(filename, "getvalue") and kwargs.get("format", "png") == "png":   # the inline backend
         _gallery_keep("figure", filename.getvalue(), problems)
@@ -64,7 +72,7 @@ def _gallery_print_figure(self, filename, *args, _original=_Canvas.print_figure,
 
 def _gallery_snapshot(self, _original=_Explorer.snapshot):
     """The still of a widget that a notebook shows for viewers without widgets."""
-    _gallery_keep("widget", self.png(), _lint_figure(self.fig),
+    _gallery_keep("widget", self.png(), _lint_figure_in_notebook(self.fig),
                   f"{type(self).__name__}: the still picture the notebook shows (snapshot)")
     return _original(self)
 
@@ -123,14 +131,14 @@ def _gallery_drive(explorer):
     """Keep the frame the cell left, then one per other setting of each control."""
     where = type(explorer).__name__
     controls = _gallery_controls(explorer.widget)
-    _gallery_keep("widget", explorer.png(), _lint_figure(explorer.fig), f"{where}: as the cell leaves it")
+    _gallery_keep("widget", explorer.png(), _lint_figure_in_notebook(explorer.fig), f"{where}: as the cell leaves it")
     for control in controls:
         for attribute, setting in _gallery_other_values(control):
             before = getattr(control, attribute)
             state = f"{where}: {_gallery_shown(control, attribute, setting)}"
             try:
                 setattr(control, attribute, setting)      # its observer redraws, as a click does
-                _gallery_keep("widget", explorer.png(), _lint_figure(explorer.fig), state)
+                _gallery_keep("widget", explorer.png(), _lint_figure_in_notebook(explorer.fig), state)
             except Exception as error:                    # the page shows it; the next state runs
                 _gallery_keep("widget", explorer.png(), [f"the redraw raised {error!r}"], state)
             finally:

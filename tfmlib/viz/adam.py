@@ -80,7 +80,8 @@ def _draw_surface(ax):
 def _new_axes(fig_and_axes):
     fig, (surface, losses) = fig_and_axes
     _draw_surface(surface)
-    sgd_style, adam_style = style.line_style(1), style.line_style(0)
+    sgd_style = {**style.line_style(1), "color": style.PAIR_COLOURS["optimizers"][0]}
+    adam_style = {**style.line_style(0), "color": style.PAIR_COLOURS["optimizers"][1]}
     sgd_line, = surface.plot([], [], markersize=3, linewidth=1, label="SGD", **sgd_style)
     adam_line, = surface.plot([], [], markersize=3, linewidth=1, label="Adam", **adam_style)
     steps = np.arange(STEPS + 1)
@@ -177,8 +178,10 @@ def plot_bias_correction(steps, m, m_hat, v, v_hat, gradient: float):
                "|true gradient|", "second moment, beta2 = 0.999"))
     for ax, raw, corrected, truth, raw_label, corrected_label, truth_label, name in panels:
         ax.axhline(truth, color=style.GUIDE_COLOUR, linewidth=7, alpha=0.3, label=truth_label)
-        ax.plot(steps, raw, markersize=3, label=raw_label, **style.line_style(0))
-        ax.plot(steps, corrected, markersize=3, label=corrected_label, **style.line_style(1))
+        raw_colour, corrected_colour = style.PAIR_COLOURS["bias correction"]
+        ax.plot(steps, raw, markersize=3, label=raw_label, **{**style.line_style(0), "color": raw_colour})
+        ax.plot(steps, corrected, markersize=3, label=corrected_label,
+                **{**style.line_style(1), "color": corrected_colour})
         style.title(ax, name)
         ax.set_xlabel("step t")
         ax.set_ylim(0, abs(gradient) * 1.25)
@@ -203,7 +206,7 @@ def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: in
     fig, (paper, cosine) = style.new_figure(3.4, style.COLUMN_IN, 1, 2)
     steps = np.union1d(np.arange(0, paper_steps + 1, max(1, paper_steps // 2000)), [warmup_steps])
     paper.plot(steps, [warmup_inverse_sqrt_lr(int(s), d_model, warmup_steps) for s in steps],
-               color=style.PALETTE[0])
+               color=style.PAIR_COLOURS["schedules"][0])
     peak = warmup_inverse_sqrt_lr(warmup_steps, d_model, warmup_steps)
     paper.axvline(warmup_steps, color=style.GUIDE_COLOUR, linestyle="--", linewidth=1)
     paper.annotate(f"peak {peak:.2e}\nat step {warmup_steps}", (warmup_steps, peak),
@@ -215,7 +218,7 @@ def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: in
     warmup = warmup_steps_for(train_steps)
     steps = np.arange(train_steps + 1)
     cosine.plot(steps, [warmup_cosine_lr(int(s), peak_lr, warmup, train_steps) for s in steps],
-                color=style.PALETTE[1], linestyle="--")
+                color=style.PAIR_COLOURS["schedules"][1], linestyle="--")
     cosine.axvline(warmup, color=style.GUIDE_COLOUR, linestyle="--", linewidth=1)
     cosine.axhline(0.1 * peak_lr, color=style.GUIDE_COLOUR, linestyle=":", linewidth=1)
     style.title(cosine, f"train(): warm-up {warmup}, cosine to a tenth")

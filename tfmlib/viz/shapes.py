@@ -21,7 +21,7 @@ import numpy as np
 
 from ..shapes import broadcast_shape
 from .common import DPI, Explorer
-from .style import ERROR_COLOUR, GUIDE_COLOUR, PALETTE, TICK_PT, TITLE_PT, new_figure
+from .style import ERROR_COLOUR, GUIDE_COLOUR, PAIR_COLOURS, TICK_PT, TITLE_PT, new_figure
 
 MAX_AXES = 4     # the diagram draws shapes of up to 4 axes ...
 MAX_SIZE = 8     # ... with at most 8 elements along each
@@ -30,8 +30,9 @@ GAP = 6          # pixels between two slices of a 3-D or 4-D shape
 LIGHTEN = 0.62   # how far a repeated cell's colour is mixed towards white
 EDGE = np.array([0.35, 0.35, 0.35])
 RESULT_COLOUR = np.array([0.55, 0.55, 0.60])
-#: The hue of each operand: a blue, b vermillion (Okabe-Ito), never the same colours.
-OPERAND_HUES = {"a": PALETTE[0], "b": PALETTE[1]}
+#: The hue of each operand: a orange, b teal (style.PAIR_COLOURS), never the same colours, and
+#: not the query's blue and the key's vermillion.
+OPERAND_HUES = dict(zip("ab", PAIR_COLOURS["operands"]))
 MIN_CELL_PX = 8  # smallest cell as displayed: a larger shape is cut to its first slices
 
 PRESETS = {
@@ -108,7 +109,7 @@ def operand_colours(n: int, hue) -> np.ndarray:
     return np.where(shade < 0, base + (-shade) * (1 - base), base * (1 - shade))
 
 
-def operand_image(shape, result, hue=PALETTE[0], cut=None) -> np.ndarray:
+def operand_image(shape, result, hue=OPERAND_HUES["a"], cut=None) -> np.ndarray:
     """RGB image of an operand read at the `result` shape (stored cells solid, repeats light),
     in shades of `hue`; `cut` (k4, k3): draw only the first k4 slices of axis -4 and the
     first k3 of axis -3 (see `cut_for`)."""

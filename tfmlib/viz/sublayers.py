@@ -75,10 +75,10 @@ def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool
     """Fill three axes with step histograms; returns the artists a redraw repaints."""
     steps, titles, means = [], [], []
     for ax, values, title in zip(axes, stages.values(), PANEL_TITLES[norm_first]):
-        steps.append(ax.stairs(fractions(values), EDGES, fill=True, alpha=0.75, color=style.PALETTE[0],
+        steps.append(ax.stairs(fractions(values), EDGES, fill=True, alpha=0.75, color=style.SERIES_COLOURS[2],
                                label="stage"))
         mean = values.mean().item()
-        means.append(ax.axvline(mean, color=style.PALETTE[1], linestyle="--", linewidth=1.2,
+        means.append(ax.axvline(mean, color=style.SERIES_COLOURS[0], linestyle="--", linewidth=1.2,
                                 label="mean"))
         titles.append(style.title(ax, title))
         ax.set_xlim(EDGES[0], EDGES[-1])

@@ -10,7 +10,7 @@ changed), two at a time. A startup hook in the kernel (KERNEL_HOOK) keeps each f
 backend shows and each still of a widget (`snapshot()`), and after each cell drives every widget
 the cell built through a few values of each control (the ends of a slider, the first and last
 option, a checkbox flipped, a text cut to its first word and doubled), keeping each frame, then
-sets the control back. Every figure and
+sets every control back (one moved can clamp others). Every figure and
 frame goes through the figure lint (tfmlib/viz/lint.py); its problems are listed at the top of
 the page and beside the picture, and make the exit status 1, as a cell that fails does.
 """
@@ -134,7 +134,7 @@ def _gallery_drive(explorer):
     _gallery_keep("widget", explorer.png(), _lint_figure_in_notebook(explorer.fig), f"{where}: as the cell leaves it")
     for control in controls:
         for attribute, setting in _gallery_other_values(control):
-            before = getattr(control, attribute)
+            before = _gallery_settings(controls)
             state = f"{where}: {_gallery_shown(control, attribute, setting)}"
             try:
                 setattr(control, attribute, setting)      # its observer redraws, as a click does
@@ -142,7 +142,22 @@ def _gallery_drive(explorer):
             except Exception as error:                    # the page shows it; the next state runs
                 _gallery_keep("widget", explorer.png(), [f"the redraw raised {error!r}"], state)
             finally:
-                setattr(control, attribute, before)
+                _gallery_restore(before)
+
+
+def _gallery_settings(controls):
+    """What every control is set to: a control moved can clamp others (03's positions, when
+    max_len falls to 8), and the next state must start from the cell's own settings."""
+    return [(c, "index" if hasattr(c, "options") and hasattr(c, "index") else "value",
+             getattr(c, "index" if hasattr(c, "options") and hasattr(c, "index") else "value"))
+            for c in controls]
+
+
+def _gallery_restore(settings):
+    """Set every control back, top to bottom (a control above may set the range of one below)."""
+    for control, attribute, value in settings:
+        if getattr(control, attribute) != value:
+            setattr(control, attribute, value)
 
 
 def _gallery_post_run_cell(result):

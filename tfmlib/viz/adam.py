@@ -9,6 +9,7 @@ import inspect
 import time
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 import torch
 
 from ..adam import (adam_init, adam_step, sgd_step, warmup_cosine_lr, warmup_inverse_sqrt_lr,
@@ -98,6 +99,10 @@ def _new_axes(fig_and_axes):
     fig.legend(handles=[*surface.get_lines()[:2], sgd_line, adam_line], loc="outside lower center",
                ncols=4, fontsize=style.TICK_PT)
     surface.set_title(TITLE_SAMPLE)        # the layout makes room for the longest title
+    # Where a path leaves the plot, a note says so: a diverging run must not just vanish.
+    surface.diverged = surface.text(0.02, 0.03, "", transform=surface.transAxes, fontsize=style.TICK_PT,
+                                    color=style.ERROR_COLOUR, ha="left", va="bottom",
+                                    bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1})
     return surface, (sgd_line, adam_line, sgd_loss, adam_loss)
 
 
@@ -119,7 +124,20 @@ def _set(surface, lines, lr, beta1, beta2, cache=None):
     sgd_loss.set_ydata(np.clip(path_losses(sgd), 1e-12, 1e6))
     adam_loss.set_ydata(np.clip(path_losses(adam), 1e-12, 1e6))
     style.title(surface, f"{STEPS} steps, lr={lr:.3g}; Adam betas=({beta1:.2f}, {beta2:g})")
+    surface.diverged.set_text("; ".join(_left_the_plot(name, path, surface)
+                                        for name, path in (("SGD", sgd), ("Adam", adam))
+                                        if _left_the_plot(name, path, surface)))
     return sgd, adam
+
+
+def _left_the_plot(name: str, path: np.ndarray, surface) -> str:
+    """'SGD leaves the plot at step 7, loss 3e+04' where the path leaves the surface's view."""
+    (x0, x1), (y0, y1) = surface.get_xlim(), surface.get_ylim()
+    outside = ~((path[:, 0] >= x0) & (path[:, 0] <= x1) & (path[:, 1] >= y0) & (path[:, 1] <= y1))
+    if not outside.any():
+        return ""
+    step = int(np.argmax(outside))
+    return f"{name} leaves the plot at step {step}: it diverges (loss {path_losses(path)[-1]:.0e} at the end)"
 
 
 FIGSIZE = (style.COLUMN_IN, 3.9)    # the legend below the panels included
@@ -152,7 +170,8 @@ class OptimizerPathExplorer(Explorer):
         controls = [self.lr, self.beta1, self.beta2]
         # Contours, axes and ticks never change (the background); the four lines and the
         # title move.
-        self._build(fig, [*self.lines, self.surface.title], controls, [widgets.HBox(controls)])
+        self._build(fig, [*self.lines, self.surface.title, self.surface.diverged], controls,
+                    [widgets.HBox(controls)])
         cache_text(self.frames.canvas.get_renderer())
         self.update()
 
@@ -226,5 +245,6 @@ def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: in
         ax.set_xlabel("step")
         ax.set_ylim(bottom=0)
         ax.set_xlim(0, steps[-1] if ax is cosine else paper_steps)
-        ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+        # Plain numbers: an offset or "1e-3" above the axis made 0.02 read as 2.00.
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     return fig

@@ -197,8 +197,9 @@ class BroadcastDiagram:
         self.cut_note = fig.text(0.5, 0.125, "", ha="center", va="bottom", fontsize=TICK_PT,
                                  color=ERROR_COLOUR)
         fig.supxlabel("solid cell: where an element is stored;  light cell: the same element read "
-                      "again (broadcast)\naxis -3: slices side by side;  axis -4: slices one below the "
-                      "other;  panels are right-aligned, like the shapes", fontsize=TICK_PT, color=GUIDE_COLOUR)
+                      "again (broadcast)\nin a grid, rows: axis -2, columns: axis -1;  axis -3: grids side "
+                      "by side;\naxis -4: grids one below the other;  panels are right-aligned, like the "
+                      "shapes", fontsize=TICK_PT, color=GUIDE_COLOUR)
 
     def panel_px(self) -> tuple[float, float]:
         """(width, height) of a panel in pixels, as laid out now."""
@@ -232,10 +233,12 @@ class BroadcastDiagram:
                      if drawable(s) else np.ones((2, 2, 3))
                      for name, s in (("a", shape_a), ("b", shape_b))]
             images = drawn + [np.ones((2, 2, 3))]
-            titles = [f"a {shape_a}", f"b {shape_b}", f"a {op} b"]
+            axis, size_a, size_b = clashing_axis(shape_a, shape_b)
+            titles = [f"a {shape_a}: axis {axis} is {size_a}", f"b {shape_b}: axis {axis} is {size_b}",
+                      f"a {op} b"]
             notes = ["" if drawable(shape_a) else "too large to draw",
                      "" if drawable(shape_b) else "too large to draw",
-                     "does not broadcast: no result"]
+                     f"does not broadcast: axis {axis} clashes,\n{size_a} against {size_b}, and neither is 1"]
             cut_note = ""
         height = max(im.shape[0] for im in images)
         width = max(im.shape[1] for im in images)
@@ -251,6 +254,16 @@ class BroadcastDiagram:
             text.set_text(note)
         self.cut_note.set_text(cut_note)
         return result
+
+
+def clashing_axis(shape_a, shape_b) -> tuple[int, int, int]:
+    """(axis counted from the right, size in a, size in b) of the first axis, from the right,
+    on which two shapes that do not broadcast clash."""
+    for axis in range(-1, -min(len(shape_a), len(shape_b)) - 1, -1):
+        a, b = shape_a[axis], shape_b[axis]
+        if a != b and 1 not in (a, b):
+            return axis, a, b
+    raise ValueError(f"shape_a, shape_b: expected shapes that do not broadcast, got {shape_a} and {shape_b}")
 
 
 def plot_broadcast(shape_a, shape_b, op: str = "+", figsize=(7, 5.5)):

@@ -6,6 +6,13 @@ closed, 934 px at 1366 px). The inline backend and the widgets render at 100 dpi
 figure at most `COLUMN_IN` = 8.4 inches wide is shown 1:1; a wider one is shrunk, and its
 text with it. Fonts are at least `MIN_FONT_PT` = 9 pt as displayed.
 
+Classroom. Projected, a figure is read from the back row: the classroom minimum is text of
+`CLASSROOM_MIN_PX` = 18 px and map tiles of `CLASSROOM_MIN_CELL_PX` = 24 px on the projected
+image. The course's 9 pt at 100 dpi is 12.5 px, enough on a laptop and below that minimum: to
+project, zoom the browser so that the figure is shown 1.5 times larger (text 18.75 px, and a
+map's tiles 1.5 times theirs), or save the figure for a slide at `classroom_dpi()` (144 dpi for
+9 pt text).
+
 Layout. One engine, constrained layout: it keeps every label inside the canvas. The
 inline backend crops a stored figure to its contents (`bbox_inches="tight"`), so text
 outside the canvas would still show there, but a widget's frame is the canvas itself and
@@ -36,6 +43,14 @@ MIN_FONT_PT = 9       #: smallest text as displayed (12.5 px at 100 dpi)
 TITLE_PT = 11         #: every axes title and figure title
 LABEL_PT = 10         #: axis labels, colour-bar labels
 TICK_PT = 9           #: tick labels, legends, notes and numbers written into cells
+CLASSROOM_MIN_PX = 18       #: smallest text on a projected screen that the back row reads
+CLASSROOM_MIN_CELL_PX = 24  #: smallest tile of a map under which a token label is read from the back
+
+
+def classroom_dpi(min_font_pt: float = MIN_FONT_PT) -> float:
+    """The dpi at which text of `min_font_pt` is `CLASSROOM_MIN_PX` tall: save a figure for a
+    slide with `fig.savefig(path, dpi=classroom_dpi())` (144 dpi for the course's 9 pt)."""
+    return CLASSROOM_MIN_PX * 72 / min_font_pt
 
 # ---- colour -----------------------------------------------------------------------------------
 

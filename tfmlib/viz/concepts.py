@@ -419,9 +419,10 @@ def _cell(ax, x, y, size, number, fill):
 SHIFT_EXAMPLE = ("<bos>", "8", "3", "2", "0", "6", "5", "7", "4", "<eos>")
 
 
-def shift_right(tgt=SHIFT_EXAMPLE):
+def shift_right(tgt=SHIFT_EXAMPLE, batch: int = 4):
     """Teacher forcing (10): the decoder reads `tgt[:-1]` and must predict `tgt[1:]`, one token
-    apart; position i sees the inputs up to i (the causal mask) and predicts label i."""
+    apart; position i sees the inputs up to i (the causal mask) and predicts label i. `tgt` is
+    one row of the target batch, `batch` its number of rows (the shapes written)."""
     tgt = list(tgt)
     if len(tgt) < 3 or len(tgt) > 12:
         raise ValueError(f"tgt: expected 3 to 12 tokens (the diagram's room), got {len(tgt)}")
@@ -430,9 +431,9 @@ def shift_right(tgt=SHIFT_EXAMPLE):
     x0 = 2.05
     fig, ax = _canvas(3.3)
     _heading(ax, "Teacher forcing: the decoder reads the target shifted right")
-    rows = ((2.55, f"tgt\n(4, {n + 1})", tgt, 0, BOX_FILL),
-            (1.55, f"labels = tgt[:, 1:]\n(4, {n}): must predict", tgt[1:], 1, NORM_FILL),
-            (0.55, f"tgt_in = tgt[:, :-1]\n(4, {n}): the decoder reads", tgt[:-1], 0, HIGHLIGHT_FILL))
+    rows = ((2.55, f"tgt\n({batch}, {n + 1})", tgt, 0, BOX_FILL),
+            (1.55, f"labels = tgt[:, 1:]\n({batch}, {n}): must predict", tgt[1:], 1, NORM_FILL),
+            (0.55, f"tgt_in = tgt[:, :-1]\n({batch}, {n}): the decoder reads", tgt[:-1], 0, HIGHLIGHT_FILL))
     for y, name, tokens, offset, fill in rows:
         _note(ax, 0.1, y, name, ha="left", weight="bold")
         for i, token in enumerate(tokens):

@@ -186,7 +186,7 @@ def _title(kind_label: str, sample_name: str, layers: int, heads: int, lq: int, 
 
 #: A decoder's query row is labelled by the token the decoder reads there (its input, from
 #: <bos>), not by the token it writes there, as notebook 10's map of a trained model does.
-DECODER_QUERY_LABEL = "query (the decoder input it reads)"
+DECODER_QUERY_LABEL = "query (decoder input)"
 
 
 def _setting_picture(stack, picture, layers, heads, kind_label, sample, maps) -> None:

@@ -270,7 +270,9 @@ def _text_outside_its_box(ax, renderer) -> list[str]:
             continue
         extent = text.get_window_extent(renderer)
         anchor = text.get_transform().transform(text.get_position())
-        holders = [box for box in boxes if box.contains(*anchor)]
+        # strictly inside: a value written on a bar's top edge (va="bottom") is not in the bar
+        holders = [box for box in boxes if box.x0 + SLACK_PX < anchor[0] < box.x1 - SLACK_PX
+                   and box.y0 + SLACK_PX < anchor[1] < box.y1 - SLACK_PX]
         if not holders:
             continue
         box = min(holders, key=lambda b: b.width * b.height)

@@ -197,9 +197,8 @@ class BroadcastDiagram:
         self.cut_note = fig.text(0.5, 0.125, "", ha="center", va="bottom", fontsize=TICK_PT,
                                  color=ERROR_COLOUR)
         fig.supxlabel("solid cell: where an element is stored;  light cell: the same element read "
-                      "again (broadcast)\nin a grid, rows: axis -2, columns: axis -1;  axis -3: grids side "
-                      "by side;\naxis -4: grids one below the other;  panels are right-aligned, like the "
-                      "shapes", fontsize=TICK_PT, color=GUIDE_COLOUR)
+                      "again (broadcast)\ngrid rows: axis -2, columns: axis -1;  axis -3: grids side by "
+                      "side;  axis -4: one below the other", fontsize=TICK_PT, color=GUIDE_COLOUR)
 
     def panel_px(self) -> tuple[float, float]:
         """(width, height) of a panel in pixels, as laid out now."""

@@ -124,9 +124,8 @@ def _set(surface, lines, lr, beta1, beta2, cache=None):
     sgd_loss.set_ydata(np.clip(path_losses(sgd), 1e-12, 1e6))
     adam_loss.set_ydata(np.clip(path_losses(adam), 1e-12, 1e6))
     style.title(surface, f"{STEPS} steps, lr={lr:.3g}; Adam betas=({beta1:.2f}, {beta2:g})")
-    surface.diverged.set_text("; ".join(_left_the_plot(name, path, surface)
-                                        for name, path in (("SGD", sgd), ("Adam", adam))
-                                        if _left_the_plot(name, path, surface)))
+    notes = [_left_the_plot(name, path, surface) for name, path in (("SGD", sgd), ("Adam", adam))]
+    surface.diverged.set_text("; ".join(note for note in notes if note))
     return sgd, adam
 
 

@@ -21,7 +21,10 @@ KERNEL_HOOK = r'''
 widget frame drawn is linted, and a problem is an error of the cell that drew it."""
 from matplotlib.backend_bases import FigureCanvasBase as _LintCanvas
 from tfmlib.viz.common import Explorer as _LintExplorer
+from tfmlib.viz.lint import NotebookColours as _NotebookColours
 from tfmlib.viz.lint import lint_figure as _lint_figure
+
+_notebook_colours = _NotebookColours()       # one kernel runs one notebook: its idea colours
 
 
 class FigureLintError(Exception):
@@ -29,7 +32,7 @@ class FigureLintError(Exception):
 
 
 def _lint_or_raise(figure, what):
-    problems = _lint_figure(figure)
+    problems = _lint_figure(figure) + _notebook_colours.check(figure)
     if problems:
         raise FigureLintError(f"the figure lint found {len(problems)} problem(s) in this {what}:\n  "
                               + "\n  ".join(problems))

@@ -374,3 +374,58 @@ def test_training_and_held_out_curves_keep_their_colours_in_10_and_b1():
         assert matplotlib.colors.same_color(line.get_color(), IDEA_COLOURS["held-out"])
     assert len({matplotlib.colors.to_hex(c) for c in (IDEA_COLOURS["train"], IDEA_COLOURS["held-out"],
                                                        IDEA_COLOURS["query"], IDEA_COLOURS["key"])}) == 4
+
+
+def test_an_idea_colour_that_names_another_thing_in_a_later_figure_of_the_notebook_is_caught():
+    from tfmlib.viz.lint import NotebookColours
+    from tfmlib.viz.style import IDEA_COLOURS, name_query_key_axes
+
+    notebook = NotebookColours()
+    fig, ax = new_figure(3)
+    ax.imshow(np.eye(4), cmap="viridis", aspect="equal")
+    name_query_key_axes(ax)                                   # queries in blue, keys in vermillion
+    assert notebook.check(fig) == []
+    fig, ax = new_figure(3)                                   # a later cell: "scaled" in the query's blue
+    ax.plot([0, 1], [0, 1], color=IDEA_COLOURS["query"], label="scaled")
+    ax.plot([0, 1], [1, 0], color="#E69F00", label="unscaled")
+    problems = notebook.check(fig)
+    assert len(problems) == 1 and "'scaled'" in problems[0] and "query" in problems[0]
+    other = NotebookColours()                                 # another notebook, without queries: fine
+    assert other.check(fig) == []
+
+
+def test_a_series_hidden_under_a_later_one_is_caught_and_a_thinner_one_on_top_is_not():
+    fig, ax = new_figure(3)
+    x = np.arange(10.0)
+    ax.plot(x, 0 * x, color="#999933", linewidth=1.5, label="sum")
+    ax.plot(x, 0 * x, color="#661100", linewidth=1.5, label="sum, no positions")
+    _one_problem(fig, "'sum' lies hidden under 'sum, no positions'")
+    fig, ax = new_figure(3)
+    ax.plot(x, 0 * x, color="#999933", linewidth=6, alpha=0.6, label="sum")
+    ax.plot(x, 0 * x, color="#661100", linewidth=1.5, linestyle="--", label="sum, no positions")
+    assert not any("hidden" in p for p in lint_figure(fig))
+
+
+def test_a_level_named_in_a_title_but_not_drawn_is_caught():
+    fig, ax = new_figure(3)
+    ax.plot(np.arange(10), np.linspace(3, 0.6, 10), color="black", label="loss")
+    style_title = "held-out loss; the floor 0.55 of a perfect model"
+    ax.set_title(style_title)
+    _one_problem(fig, "names the level 0.55")
+    ax.axhline(0.55, color="#666666", linestyle=":")
+    assert not any("names the level" in p for p in lint_figure(fig))
+    fig, ax = new_figure(3)
+    ax.plot(np.arange(10), np.linspace(3, 0.6, 10), color="black")
+    ax.text(5, 2.7, "chance: ln 14")
+    _one_problem(fig, f"names the level {np.log(14):.3g}")
+
+
+def test_a_text_wider_than_its_box_is_caught():
+    from matplotlib.patches import Rectangle
+
+    fig, ax = new_figure(2)
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 2)
+    ax.add_patch(Rectangle((1, 0.5), 1, 1, facecolor="white", edgecolor="black"))
+    ax.text(1.5, 1.0, "attention is all you need", ha="center", va="center", fontsize=9)
+    _one_problem(fig, "text outside its box")

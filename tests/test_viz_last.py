@@ -209,7 +209,7 @@ def test_optimizer_widget_is_readable_in_every_state():
 def test_optimizer_surface_contours_are_labelled_and_the_loss_range_is_tight():
     fig = adam_viz.OptimizerPathExplorer().fig
     surface, losses = fig.axes[:2]
-    labels = sorted(float(t.get_text()) for t in surface.texts)
+    labels = sorted(float(t.get_text()) for t in surface.texts if t is not surface.diverged)
     assert labels == [0.2, 0.5, 1, 2, 4]                   # every contour but the innermost
     low, high = losses.get_ylim()
     start_loss = adam_viz.path_losses(np.array([adam_viz.START]))[0]
@@ -217,6 +217,17 @@ def test_optimizer_surface_contours_are_labelled_and_the_loss_range_is_tight():
     assert low < default_end < start_loss < high            # both ends of the default run show
     assert np.log10(high / low) <= 7                        # no empty decades (it was 11)
     assert_readable(fig, "the optimizer widget's figure")
+
+
+def test_a_path_that_leaves_the_surface_is_named_and_one_that_stays_is_not():
+    explorer = adam_viz.OptimizerPathExplorer(lr=0.1)
+    assert explorer.surface.diverged.get_text() == ""
+    explorer.update(lr=1.58)                    # SGD's steps across the bowl grow: 1 - 2 lr < -1
+    sgd = adam_viz.optimizer_path("sgd", 1.58)
+    assert np.abs(sgd[:, 1]).max() > 2.5        # it does leave the view (y from -2.5 to 2.5)
+    assert explorer.surface.diverged.get_text().startswith("SGD leaves the plot at step")
+    assert "Adam" not in explorer.surface.diverged.get_text()
+    assert_readable(explorer, "the optimizer widget with SGD diverging")
 
 
 def test_bias_correction_true_value_stays_visible_under_the_corrected_curve():

@@ -13,8 +13,10 @@ from ._validation import (require_device, require_factory_args, require_float, r
 def embed(token_ids: torch.Tensor, table: torch.Tensor, scale: bool = True) -> torch.Tensor:
     """(B, L) ids, (V, D) table -> (B, L, D), multiplied by sqrt(D).
 
-    The lookup is plain indexing: row `id` of the table. Scaling by sqrt(D)
-    (Vaswani et al., 3.4) keeps the embeddings from being drowned by the
+    The lookup is plain indexing: row `id` of the table. The scaling by sqrt(D) is
+    the paper's (Vaswani et al., 3.4), which gives no reason for it. The usual one: a
+    table drawn with standard deviation 1/sqrt(D), as in the paper's reference code
+    (tensor2tensor), comes back to entries of size about 1, and is not drowned by the
     positional encoding, whose entries lie in [-1, 1].
     """
     _check_embed_inputs(token_ids, table)

@@ -10,7 +10,7 @@ changed), two at a time. A startup hook in the kernel (KERNEL_HOOK) keeps each f
 backend shows and each still of a widget (`snapshot()`), and after each cell drives every widget
 the cell built through a few values of each control (the ends of a slider, the first and last
 option, a checkbox flipped, a text cut to its first word and doubled), keeping each frame, then
-sets the control back. Every figure and
+sets every control back (one moved can clamp others). Every figure and
 frame goes through the figure lint (tfmlib/viz/lint.py); its problems are listed at the top of
 the page and beside the picture, and make the exit status 1, as a cell that fails does.
 """
@@ -41,7 +41,15 @@ from pathlib import Path as _Path
 from IPython import get_ipython as _get_ipython
 from matplotlib.backend_bases import FigureCanvasBase as _Canvas
 from tfmlib.viz.common import Explorer as _Explorer
+from tfmlib.viz.lint import NotebookColours as _NotebookColours
 from tfmlib.viz.lint import lint_figure as _lint_figure
+
+_notebook_colours = _NotebookColours()       # one kernel runs one notebook: its idea colours
+
+
+def _lint_figure_in_notebook(figure):
+    return _lint_figure(figure) + _notebook_colours.check(figure)
+
 
 _gallery = {"dir": _Path(_os.environ["TFMLIB_GALLERY_DIR"]), "pictures": 0, "kept": [], "built": []}
 
@@ -55,7 +63,7 @@ def _gallery_keep(kind, png, problems, state=""):
 
 
 def _gallery_print_figure(self, filename, *args, _original=_Canvas.print_figure, **kwargs):
-    problems = _lint_figure(self.figure)              # before the crop of bbox_inches="tight"
+    problems = _lint_figure_in_notebook(self.figure)  # before the crop of bbox_inches="tight"
     result = _original(self, filename, *args, **kwargs)
     if hasattr(filename, "getvalue") and kwargs.get("format", "png") == "png":   # the inline backend
         _gallery_keep("figure", filename.getvalue(), problems)
@@ -64,7 +72,7 @@ def _gallery_print_figure(self, filename, *args, _original=_Canvas.print_figure,
 
 def _gallery_snapshot(self, _original=_Explorer.snapshot):
     """The still of a widget that a notebook shows for viewers without widgets."""
-    _gallery_keep("widget", self.png(), _lint_figure(self.fig),
+    _gallery_keep("widget", self.png(), _lint_figure_in_notebook(self.fig),
                   f"{type(self).__name__}: the still picture the notebook shows (snapshot)")
     return _original(self)
 
@@ -123,18 +131,33 @@ def _gallery_drive(explorer):
     """Keep the frame the cell left, then one per other setting of each control."""
     where = type(explorer).__name__
     controls = _gallery_controls(explorer.widget)
-    _gallery_keep("widget", explorer.png(), _lint_figure(explorer.fig), f"{where}: as the cell leaves it")
+    _gallery_keep("widget", explorer.png(), _lint_figure_in_notebook(explorer.fig), f"{where}: as the cell leaves it")
     for control in controls:
         for attribute, setting in _gallery_other_values(control):
-            before = getattr(control, attribute)
+            before = _gallery_settings(controls)
             state = f"{where}: {_gallery_shown(control, attribute, setting)}"
             try:
                 setattr(control, attribute, setting)      # its observer redraws, as a click does
-                _gallery_keep("widget", explorer.png(), _lint_figure(explorer.fig), state)
+                _gallery_keep("widget", explorer.png(), _lint_figure_in_notebook(explorer.fig), state)
             except Exception as error:                    # the page shows it; the next state runs
                 _gallery_keep("widget", explorer.png(), [f"the redraw raised {error!r}"], state)
             finally:
-                setattr(control, attribute, before)
+                _gallery_restore(before)
+
+
+def _gallery_settings(controls):
+    """What every control is set to: a control moved can clamp others (03's positions, when
+    max_len falls to 8), and the next state must start from the cell's own settings."""
+    return [(c, "index" if hasattr(c, "options") and hasattr(c, "index") else "value",
+             getattr(c, "index" if hasattr(c, "options") and hasattr(c, "index") else "value"))
+            for c in controls]
+
+
+def _gallery_restore(settings):
+    """Set every control back, top to bottom (a control above may set the range of one below)."""
+    for control, attribute, value in settings:
+        if getattr(control, attribute) != value:
+            setattr(control, attribute, value)
 
 
 def _gallery_post_run_cell(result):

@@ -9,6 +9,7 @@ import inspect
 import time
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 import torch
 
 from ..adam import (adam_init, adam_step, sgd_step, warmup_cosine_lr, warmup_inverse_sqrt_lr,
@@ -80,7 +81,8 @@ def _draw_surface(ax):
 def _new_axes(fig_and_axes):
     fig, (surface, losses) = fig_and_axes
     _draw_surface(surface)
-    sgd_style, adam_style = style.line_style(1), style.line_style(0)
+    sgd_style = {**style.line_style(1), "color": style.PAIR_COLOURS["optimizers"][0]}
+    adam_style = {**style.line_style(0), "color": style.PAIR_COLOURS["optimizers"][1]}
     sgd_line, = surface.plot([], [], markersize=3, linewidth=1, label="SGD", **sgd_style)
     adam_line, = surface.plot([], [], markersize=3, linewidth=1, label="Adam", **adam_style)
     steps = np.arange(STEPS + 1)
@@ -97,6 +99,10 @@ def _new_axes(fig_and_axes):
     fig.legend(handles=[*surface.get_lines()[:2], sgd_line, adam_line], loc="outside lower center",
                ncols=4, fontsize=style.TICK_PT)
     surface.set_title(TITLE_SAMPLE)        # the layout makes room for the longest title
+    # Where a path leaves the plot, a note says so: a diverging run must not just vanish.
+    surface.diverged = surface.text(0.02, 0.03, "", transform=surface.transAxes, fontsize=style.TICK_PT,
+                                    color=style.ERROR_COLOUR, ha="left", va="bottom",
+                                    bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1})
     return surface, (sgd_line, adam_line, sgd_loss, adam_loss)
 
 
@@ -118,7 +124,19 @@ def _set(surface, lines, lr, beta1, beta2, cache=None):
     sgd_loss.set_ydata(np.clip(path_losses(sgd), 1e-12, 1e6))
     adam_loss.set_ydata(np.clip(path_losses(adam), 1e-12, 1e6))
     style.title(surface, f"{STEPS} steps, lr={lr:.3g}; Adam betas=({beta1:.2f}, {beta2:g})")
+    notes = [_left_the_plot(name, path, surface) for name, path in (("SGD", sgd), ("Adam", adam))]
+    surface.diverged.set_text("; ".join(note for note in notes if note))
     return sgd, adam
+
+
+def _left_the_plot(name: str, path: np.ndarray, surface) -> str:
+    """'SGD leaves the plot at step 7, loss 3e+04' where the path leaves the surface's view."""
+    (x0, x1), (y0, y1) = surface.get_xlim(), surface.get_ylim()
+    outside = ~((path[:, 0] >= x0) & (path[:, 0] <= x1) & (path[:, 1] >= y0) & (path[:, 1] <= y1))
+    if not outside.any():
+        return ""
+    step = int(np.argmax(outside))
+    return f"{name} leaves the plot at step {step}: it diverges (loss {path_losses(path)[-1]:.0e} at the end)"
 
 
 FIGSIZE = (style.COLUMN_IN, 3.9)    # the legend below the panels included
@@ -151,7 +169,8 @@ class OptimizerPathExplorer(Explorer):
         controls = [self.lr, self.beta1, self.beta2]
         # Contours, axes and ticks never change (the background); the four lines and the
         # title move.
-        self._build(fig, [*self.lines, self.surface.title], controls, [widgets.HBox(controls)])
+        self._build(fig, [*self.lines, self.surface.title, self.surface.diverged], controls,
+                    [widgets.HBox(controls)])
         cache_text(self.frames.canvas.get_renderer())
         self.update()
 
@@ -177,8 +196,10 @@ def plot_bias_correction(steps, m, m_hat, v, v_hat, gradient: float):
                "|true gradient|", "second moment, beta2 = 0.999"))
     for ax, raw, corrected, truth, raw_label, corrected_label, truth_label, name in panels:
         ax.axhline(truth, color=style.GUIDE_COLOUR, linewidth=7, alpha=0.3, label=truth_label)
-        ax.plot(steps, raw, markersize=3, label=raw_label, **style.line_style(0))
-        ax.plot(steps, corrected, markersize=3, label=corrected_label, **style.line_style(1))
+        raw_colour, corrected_colour = style.PAIR_COLOURS["bias correction"]
+        ax.plot(steps, raw, markersize=3, label=raw_label, **{**style.line_style(0), "color": raw_colour})
+        ax.plot(steps, corrected, markersize=3, label=corrected_label,
+                **{**style.line_style(1), "color": corrected_colour})
         style.title(ax, name)
         ax.set_xlabel("step t")
         ax.set_ylim(0, abs(gradient) * 1.25)
@@ -203,7 +224,7 @@ def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: in
     fig, (paper, cosine) = style.new_figure(3.4, style.COLUMN_IN, 1, 2)
     steps = np.union1d(np.arange(0, paper_steps + 1, max(1, paper_steps // 2000)), [warmup_steps])
     paper.plot(steps, [warmup_inverse_sqrt_lr(int(s), d_model, warmup_steps) for s in steps],
-               color=style.PALETTE[0])
+               color=style.PAIR_COLOURS["schedules"][0])
     peak = warmup_inverse_sqrt_lr(warmup_steps, d_model, warmup_steps)
     paper.axvline(warmup_steps, color=style.GUIDE_COLOUR, linestyle="--", linewidth=1)
     paper.annotate(f"peak {peak:.2e}\nat step {warmup_steps}", (warmup_steps, peak),
@@ -215,7 +236,7 @@ def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: in
     warmup = warmup_steps_for(train_steps)
     steps = np.arange(train_steps + 1)
     cosine.plot(steps, [warmup_cosine_lr(int(s), peak_lr, warmup, train_steps) for s in steps],
-                color=style.PALETTE[1], linestyle="--")
+                color=style.PAIR_COLOURS["schedules"][1], linestyle="--")
     cosine.axvline(warmup, color=style.GUIDE_COLOUR, linestyle="--", linewidth=1)
     cosine.axhline(0.1 * peak_lr, color=style.GUIDE_COLOUR, linestyle=":", linewidth=1)
     style.title(cosine, f"train(): warm-up {warmup}, cosine to a tenth")
@@ -223,5 +244,6 @@ def plot_schedules(d_model: int = 512, warmup_steps: int = 4000, paper_steps: in
         ax.set_xlabel("step")
         ax.set_ylim(bottom=0)
         ax.set_xlim(0, steps[-1] if ax is cosine else paper_steps)
-        ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+        # Plain numbers: an offset or "1e-3" above the axis made 0.02 read as 2.00.
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     return fig

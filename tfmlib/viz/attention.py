@@ -17,12 +17,12 @@ import torch
 from .. import scaled_dot_product_attention
 from . import style
 from .common import Explorer, panel_row
-from .style import (ATTENTION_CBAR_LABEL, GUIDE_COLOUR, PALETTE, TICK_PT, TITLE_PT, attention_heatmap,
+from .style import (ATTENTION_CBAR_LABEL, GUIDE_COLOUR, PAIR_COLOURS, TICK_PT, TITLE_PT, attention_heatmap,
                     figure, freeze_layout, masked_weights, new_figure)
 
 #: The d_k values offered by the explorer: powers of 2 from 2 to 512.
 D_K_CHOICES = tuple(2 ** i for i in range(1, 10))
-SCALED_COLOR, UNSCALED_COLOR = PALETTE[0], PALETTE[1]   # and solid vs dashed, circle vs square
+SCALED_COLOR, UNSCALED_COLOR = PAIR_COLOURS["scaling"]   # and solid vs dashed, circle vs square
 
 
 def masked_keys(mask, shape) -> torch.Tensor | None:
@@ -255,8 +255,9 @@ def saturation_explorer(sweep: dict, tokens, sample: int = 0, **kwargs) -> Satur
 
 # ---- the cost of attention (section 9) --------------------------------------------------------
 
-#: Okabe-Ito colours, told apart with any colour vision: tfmlib, PyTorch's fused kernel, guides.
-TFMLIB_COLOR, FUSED_COLOR, GUIDE_COLOR = PALETTE[1], PALETTE[0], GUIDE_COLOUR
+#: tfmlib and PyTorch's fused kernel: their own pair, apart from the query and key colours of
+#: the maps and from the scaled/unscaled pair of section 8 (style.PAIR_COLOURS).
+(TFMLIB_COLOR, FUSED_COLOR), GUIDE_COLOR = PAIR_COLOURS["implementations"], GUIDE_COLOUR
 
 
 def format_bytes(count: int) -> str:

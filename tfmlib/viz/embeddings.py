@@ -11,7 +11,7 @@ import torch
 from ..embeddings import sinusoidal_positional_encoding
 from .common import Explorer, heatmap
 from . import style
-from .style import (DIVERGING_CMAP, ERROR_COLOUR, GUIDE_COLOUR, PALETTE, TICK_PT, figure, freeze_layout, line_style,
+from .style import (DIVERGING_CMAP, ERROR_COLOUR, GUIDE_COLOUR, PAIR_COLOURS, SERIES_COLOURS, TICK_PT, figure, freeze_layout, line_style,
                     new_figure, signed_limits, style_axes)
 
 D_MODEL_RANGE = (4, 128, 2)     # (min, max, step): sin/cos pairs need an even d_model
@@ -61,9 +61,9 @@ def plot_pe_similarity(pe, anchors=(0, 10, 25), ax=None):
     values = _numpy(pe)
     max_len, d_model = values.shape
     # The curves lie on top of each other: widths and dashes keep each one visible.
-    styles = [dict(linewidth=7, alpha=0.35, color=PALETTE[0]),
-              dict(linewidth=3, linestyle="--", color=PALETTE[1]),
-              dict(linewidth=1.5, linestyle=":", color=PALETTE[6])]
+    styles = [dict(linewidth=7, alpha=0.35, color=SERIES_COLOURS[2]),
+              dict(linewidth=3, linestyle="--", color=SERIES_COLOURS[1]),
+              dict(linewidth=1.5, linestyle=":", color=SERIES_COLOURS[0])]
     for n, p in enumerate(anchors):
         offsets = np.arange(max_len - p)
         dots = values[p + offsets] @ values[p]
@@ -89,12 +89,12 @@ def plot_rope_distance(distances, same: dict, unrelated, unrelated_label: str, a
     for n, (label, scores) in enumerate(same.items()):
         values = _numpy(scores)
         ax.plot(x, values.mean(axis=0), label=label, linewidth=1.8,
-                color=PALETTE[n], linestyle=("-", "--")[n % 2])
+                color=PAIR_COLOURS["widths"][n % 2], linestyle=("-", "--")[n % 2])
     values = _numpy(unrelated)
     mean, spread = values.mean(axis=0), values.std(axis=0)
-    ax.fill_between(x, mean - spread, mean + spread, color=PALETTE[2], alpha=0.2,
+    ax.fill_between(x, mean - spread, mean + spread, color=SERIES_COLOURS[3], alpha=0.2,
                     label=f"{unrelated_label}: mean ± one standard deviation")
-    ax.plot(x, mean, color=PALETTE[2], linewidth=1.2, linestyle=":")
+    ax.plot(x, mean, color=SERIES_COLOURS[3], linewidth=1.2, linestyle=":")
     ax.axhline(0, color=GUIDE_COLOUR, linewidth=0.8)
     ax.set_xlabel("distance between the query's and the key's positions")
     ax.set_ylabel("score q · k / D")

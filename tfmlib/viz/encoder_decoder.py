@@ -149,8 +149,9 @@ class StackPicture:
         self.moving = [self.image, self.title, *self.labels, self.row_name, self.col_name]
 
     def draw(self, canvas: np.ma.MaskedArray, layers: int, heads: int, queries, keys,
-             title: str) -> None:
+             title: str, query_name: str = style.QUERY_LABEL) -> None:
         rows, cols = canvas.shape
+        self.row_name.set_text("rows: layers; inside a tile, " + query_name)
         extent = (-0.5, cols - 0.5, rows - 0.5, -0.5)
         self.image.set_data(colours(canvas))
         self.image.set_extent(extent)
@@ -179,8 +180,13 @@ class StackPicture:
 
 
 def _title(kind_label: str, sample_name: str, layers: int, heads: int, lq: int, lk: int) -> str:
-    return (f"{kind_label}, '{sample_name}'\n"
+    return (f"untrained weights: {kind_label}, '{sample_name}'\n"
             f"{layers} layer(s) x {heads} head(s); each tile {lq} queries x {lk} keys")
+
+
+#: A decoder's query row is labelled by the token the decoder reads there (its input, from
+#: <bos>), not by the token it writes there, as notebook 10's map of a trained model does.
+DECODER_QUERY_LABEL = "query (decoder input)"
 
 
 def _setting_picture(stack, picture, layers, heads, kind_label, sample, maps) -> None:
@@ -188,7 +194,8 @@ def _setting_picture(stack, picture, layers, heads, kind_label, sample, maps) ->
     queries, keys = stack.tokens(kind, sample)
     canvas = tile(maps, sample, stack.blocked(kind, sample))
     picture.draw(canvas, layers, heads, queries, keys,
-                 _title(kind_label, stack.sample_names[sample], layers, heads, len(queries), len(keys)))
+                 _title(kind_label, stack.sample_names[sample], layers, heads, len(queries), len(keys)),
+                 style.QUERY_LABEL if kind == "encoder" else DECODER_QUERY_LABEL)
 
 
 def plot_stack_attention(stack: StackAttention, num_layers: int = 2, num_heads: int = 4,

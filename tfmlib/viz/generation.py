@@ -255,8 +255,8 @@ def plot_time_per_token(lengths, cached_s, uncached_s):
     series = [("no cache: lm_forward, L + 1 tokens", np.asarray(uncached_s) * 1e3),
               ("KV cache: lm_step, 1 token", np.asarray(cached_s) * 1e3)]
     for ax in (linear_ax, log_ax):
-        for i, (label, ms) in enumerate(series):
-            ax.plot(lengths, ms, label=label, markersize=4, **style.line_style(i))
+        for i, ((label, ms), colour) in enumerate(zip(series, style.PAIR_COLOURS["cache"][::-1])):
+            ax.plot(lengths, ms, label=label, markersize=4, **{**style.line_style(i), "color": colour})
         ax.set_xlabel("tokens so far, L")
     last = series[0][1][-1]
     for power, dashes in ((1, ":"), (2, "-.")):   # guides through the last point

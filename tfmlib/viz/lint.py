@@ -7,6 +7,7 @@ figure's dpi) and returns a list of problems, empty when the figure is fine:
 * text below `MIN_FONT_PT` as displayed (a shrunk figure shrinks its text too);
 * text outside the canvas: a widget's frame clips it (the inline backend's crop hides it);
 * texts that overlap: tick labels, titles, axis labels, legends, notes, numbers in cells;
+* a text written in a box (a diagram's rectangle or rounded box) that spills over its edges;
 * a legend over a marker of its axes' data or over a note written in the axes;
 * a legend over a drawn line of its axes (any stretch of it, not only its markers);
 * a colour map outside `ALLOWED_CMAPS`;
@@ -16,6 +17,12 @@ figure's dpi) and returns a list of problems, empty when the figure is fine:
 * two series of one axes, or two entries of one legend, that a reader cannot tell apart:
   different labels in the same colour (a legend entry may share its colour with another
   when its line style or marker differs: the lab's seeds are grey lines of several dashes);
+* a labelled series drawn exactly under a later one as wide or wider, so that it cannot be seen;
+* a level that a title or note of an axes names ("floor 0.55", "ln 14") with no horizontal line
+  drawn at it;
+* an idea colour (`IDEA_COLOURS`: the query's blue, the key's vermillion, ...) that names its
+  idea in one figure of a notebook and something else in the same or another figure of it
+  (`NotebookColours`, which the nbval plugin and the gallery keep for each notebook);
 * a count in a title that disagrees with what is drawn: "4 heads" above 3 panels, or
   "5 tokens" above a map of 6 columns (see `_title_counts` for what is counted, and where).
 
@@ -36,10 +43,11 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.image import AxesImage
+from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.cm import ScalarMappable
 from matplotlib.text import Text
 
-from .style import ALLOWED_CMAPS, COLUMN_PX, DPI, MIN_FONT_PT
+from .style import ALLOWED_CMAPS, COLUMN_PX, DPI, IDEA_COLOURS, MIN_FONT_PT
 
 SLACK_PX = 1.0     # rounding of glyph boxes: a box may poke out or overlap by this much
 SQUARE_TOLERANCE = 0.05   # a map's cell may be this much wider than tall, or taller than wide
@@ -72,9 +80,12 @@ def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT
                         f"the smallest {name} at {size:.1f} pt")
     problems += _overlaps(texts, boxes, tick_labels)
     for ax in fig.axes:
+        problems += _text_outside_its_box(ax, renderer)
         problems += _covered_by_legend(ax, renderer)
         problems += _stretched_tiles(ax)
         problems += _same_colour_series(ax)
+        problems += _hidden_series(ax)
+        problems += _levels_not_drawn(ax)
     for legend in _legends(fig):
         problems += _same_looking_entries(legend)
     problems += _title_counts(fig)
@@ -83,6 +94,61 @@ def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT
         problems.append(f"colour map {name!r} is not in the course style "
                         f"(allowed: {', '.join(sorted(ALLOWED_CMAPS))})")
     return problems
+
+
+#: The words that name each idea of `IDEA_COLOURS` in a label or a coloured text.
+IDEA_WORDS = {"query": ("query", "queries", "q"), "key": ("key", "keys", "k"),
+              "train": ("train", "training"), "held-out": ("held-out", "held out", "validation")}
+
+
+def colour_meanings(fig) -> dict[str, set[str]]:
+    """What each idea colour names in `fig`: the labels of its labelled series and the texts
+    painted in it, each read as its idea where it names the idea (`IDEA_WORDS`)."""
+    ideas = {to_hex(colour): idea for idea, colour in IDEA_COLOURS.items() if idea in IDEA_WORDS}
+    named = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for artist in [*ax.lines, *ax.collections]:
+            label = artist.get_label()
+            if artist.get_visible() and label and not label.startswith("_"):
+                named.append((_series_colour(artist), label))
+    for text in _visible(fig, Text):
+        if text.get_text().strip():
+            named.append((to_hex(text.get_color()), text.get_text()))
+    meanings = {}
+    for colour, label in named:
+        idea = ideas.get(colour)
+        if idea is None:
+            continue
+        words = re.findall(r"[a-z]+(?:-[a-z]+)?", label.lower())
+        says = any(word in words or (" " in word and word in label.lower()) for word in IDEA_WORDS[idea])
+        meanings.setdefault(colour, set()).add(idea if says else label.replace("\n", " "))
+    return meanings
+
+
+class NotebookColours:
+    """The idea colours of one notebook, figure after figure: where an idea colour names its
+    idea (blue: the query) in a figure of the notebook, it must name nothing else there or in
+    any other figure of the notebook ("scaled" in blue beside queries in blue reads as one idea).
+    `check(fig)` records the figure and returns its problems."""
+
+    def __init__(self):
+        self.meanings: dict[str, set[str]] = {}
+
+    def check(self, fig) -> list[str]:
+        for colour, meanings in colour_meanings(fig).items():
+            self.meanings.setdefault(colour, set()).update(meanings)
+        ideas = {to_hex(colour): idea for idea, colour in IDEA_COLOURS.items()}
+        problems = []
+        for colour, meanings in colour_meanings(fig).items():
+            idea = ideas[colour]
+            seen = self.meanings[colour]
+            if idea in seen and len(seen) > 1:
+                others = sorted((seen | meanings) - {idea})
+                problems.append(f"the colour {colour} is the {idea}'s in this notebook, and here or in another "
+                                f"of its figures also names {', '.join(repr(o) for o in others)}")
+        return problems
 
 
 def lint_explorer(explorer) -> list[str]:
@@ -125,7 +191,8 @@ def _drawn_texts(fig) -> tuple[list[Text], set[Text]]:
         for axis in (ax.xaxis, ax.yaxis):
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
                 tick_labels.update((tick.label1, tick.label2))
-            painted.update(_painted_tick_labels(axis))
+            if ax.axison:                          # set_axis_off(): no tick label is painted
+                painted.update(_painted_tick_labels(axis))
     texts = [text for text in _visible(fig, Text)
              if text.get_text().strip() and (text not in tick_labels or text in painted)]
     return texts, painted
@@ -185,6 +252,35 @@ def _covered_by_legend(ax, renderer) -> list[str]:
     for text in ax.texts:
         if text.get_visible() and text.get_text().strip() and _overlap(box, text.get_window_extent(renderer)):
             problems.append(f"the legend covers the text {_name(text)}")
+    return problems
+
+
+def _text_outside_its_box(ax, renderer) -> list[str]:
+    """A text written in a box (a rectangle or rounded box of the axes that holds its anchor,
+    the smallest one if several do) must fit inside it: a diagram's label that spills over its
+    box's edge reads as cut, or as belonging to the next box."""
+    if not ax.get_visible():
+        return []
+    boxes = [patch.get_window_extent(renderer) for patch in ax.patches
+             if patch.get_visible() and isinstance(patch, (Rectangle, FancyBboxPatch))]
+    boxes = [box for box in boxes if box.width > 2 and box.height > 2]
+    problems = []
+    for text in ax.texts:
+        if not (text.get_visible() and text.get_text().strip()) or text.get_rotation() % 90:
+            continue
+        extent = text.get_window_extent(renderer)
+        anchor = text.get_transform().transform(text.get_position())
+        # strictly inside: a value written on a bar's top edge (va="bottom") is not in the bar
+        holders = [box for box in boxes if box.x0 + SLACK_PX < anchor[0] < box.x1 - SLACK_PX
+                   and box.y0 + SLACK_PX < anchor[1] < box.y1 - SLACK_PX]
+        if not holders:
+            continue
+        box = min(holders, key=lambda b: b.width * b.height)
+        if (extent.x0 < box.x0 - SLACK_PX or extent.x1 > box.x1 + SLACK_PX
+                or extent.y0 < box.y0 - SLACK_PX or extent.y1 > box.y1 + SLACK_PX):
+            problems.append(f"text outside its box: {_name(text)} spans x {extent.x0:.0f}..{extent.x1:.0f}, "
+                            f"y {extent.y0:.0f}..{extent.y1:.0f} of a box x {box.x0:.0f}..{box.x1:.0f}, "
+                            f"y {box.y0:.0f}..{box.y1:.0f} px")
     return problems
 
 
@@ -290,6 +386,61 @@ def _same_colour_series(ax) -> list[str]:
         other = seen.setdefault(colour, label)
         if other != label:
             problems.append(f"two series in the same colour {colour}: {other!r} and {label!r}")
+    return problems
+
+
+def _hidden_series(ax) -> list[str]:
+    """A labelled line whose every point lies within a pixel of a later line's, drawn as wide
+    or wider and not see-through: the reader sees one line where the legend promises two."""
+    lines = [line for line in ax.lines if line.get_visible() and len(line.get_xydata()) >= 2
+             and (line.get_alpha() is None or line.get_alpha() > 0.5)
+             and line.get_linestyle() not in ("None", "none", "", " ")]
+    problems = []
+    for i, under in enumerate(lines):
+        label = under.get_label()
+        if not label or label.startswith("_"):
+            continue
+        points = under.get_transform().transform(under.get_xydata().astype(float))
+        for over in lines[i + 1:]:
+            if over.get_zorder() < under.get_zorder() or over.get_linewidth() < under.get_linewidth():
+                continue
+            if over.get_linestyle() not in ("-", "solid"):
+                continue
+            other = over.get_transform().transform(over.get_xydata().astype(float))
+            if len(other) == len(points) and np.all(np.abs(other - points) <= 1.0):
+                problems.append(f"{label!r} lies hidden under {_name_of_line(over)}: the same points, "
+                                f"drawn over it as wide or wider")
+                break
+    return problems
+
+
+#: A level named in a title or a note: "floor 0.55", "level 2.3", "chance 0.1", or "ln 14".
+_LEVEL = re.compile(r"\bln\s?(\d+(?:\.\d+)?)\b|\b(?:floor|ceiling|level|chance)\b(?:(?!\bln\b)\D){0,12}?(-?\d+(?:\.\d+)?)")
+
+
+def _levels_not_drawn(ax) -> list[str]:
+    """A level that the axes' title or a note in it names, with no horizontal line drawn at it
+    (within 1 % of the axis' span): the text points at something the figure does not show."""
+    if not ax.get_visible() or not (ax.lines or ax.collections):
+        return []
+    texts = [ax.title] + [t for t in ax.texts if t.get_visible()]
+    low, high = sorted(ax.get_ylim())
+    if ax.get_yscale() != "linear" or high <= low:
+        return []
+    drawn = []                                     # the heights of the horizontal lines (axhline too)
+    for line in ax.lines:
+        y = np.asarray(line.get_ydata(), dtype=float)
+        if line.get_visible() and len(y) >= 2 and np.allclose(y, y[0]):
+            drawn.append(float(y[0]))
+    problems = []
+    for text in texts:
+        for log_of, plain in _LEVEL.findall(text.get_text()):
+            level = float(plain) if plain else float(np.log(float(log_of)))
+            if not low <= level <= high:
+                continue
+            if not any(abs(level - y) <= 0.01 * (high - low) for y in drawn):
+                problems.append(f"the text {_name(text)} names the level {level:.3g}, but no horizontal "
+                                "line is drawn at it")
     return problems
 
 

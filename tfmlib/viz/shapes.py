@@ -21,7 +21,7 @@ import numpy as np
 
 from ..shapes import broadcast_shape
 from .common import DPI, Explorer
-from .style import ERROR_COLOUR, GUIDE_COLOUR, PALETTE, TICK_PT, TITLE_PT, new_figure
+from .style import ERROR_COLOUR, GUIDE_COLOUR, PAIR_COLOURS, TICK_PT, TITLE_PT, new_figure
 
 MAX_AXES = 4     # the diagram draws shapes of up to 4 axes ...
 MAX_SIZE = 8     # ... with at most 8 elements along each
@@ -30,8 +30,9 @@ GAP = 6          # pixels between two slices of a 3-D or 4-D shape
 LIGHTEN = 0.62   # how far a repeated cell's colour is mixed towards white
 EDGE = np.array([0.35, 0.35, 0.35])
 RESULT_COLOUR = np.array([0.55, 0.55, 0.60])
-#: The hue of each operand: a blue, b vermillion (Okabe-Ito), never the same colours.
-OPERAND_HUES = {"a": PALETTE[0], "b": PALETTE[1]}
+#: The hue of each operand: a orange, b teal (style.PAIR_COLOURS), never the same colours, and
+#: not the query's blue and the key's vermillion.
+OPERAND_HUES = dict(zip("ab", PAIR_COLOURS["operands"]))
 MIN_CELL_PX = 8  # smallest cell as displayed: a larger shape is cut to its first slices
 
 PRESETS = {
@@ -108,7 +109,7 @@ def operand_colours(n: int, hue) -> np.ndarray:
     return np.where(shade < 0, base + (-shade) * (1 - base), base * (1 - shade))
 
 
-def operand_image(shape, result, hue=PALETTE[0], cut=None) -> np.ndarray:
+def operand_image(shape, result, hue=OPERAND_HUES["a"], cut=None) -> np.ndarray:
     """RGB image of an operand read at the `result` shape (stored cells solid, repeats light),
     in shades of `hue`; `cut` (k4, k3): draw only the first k4 slices of axis -4 and the
     first k3 of axis -3 (see `cut_for`)."""
@@ -196,8 +197,8 @@ class BroadcastDiagram:
         self.cut_note = fig.text(0.5, 0.125, "", ha="center", va="bottom", fontsize=TICK_PT,
                                  color=ERROR_COLOUR)
         fig.supxlabel("solid cell: where an element is stored;  light cell: the same element read "
-                      "again (broadcast)\naxis -3: slices side by side;  axis -4: slices one below the "
-                      "other;  panels are right-aligned, like the shapes", fontsize=TICK_PT, color=GUIDE_COLOUR)
+                      "again (broadcast)\ngrid rows: axis -2, columns: axis -1;  axis -3: grids side by "
+                      "side;  axis -4: one below the other", fontsize=TICK_PT, color=GUIDE_COLOUR)
 
     def panel_px(self) -> tuple[float, float]:
         """(width, height) of a panel in pixels, as laid out now."""
@@ -231,10 +232,12 @@ class BroadcastDiagram:
                      if drawable(s) else np.ones((2, 2, 3))
                      for name, s in (("a", shape_a), ("b", shape_b))]
             images = drawn + [np.ones((2, 2, 3))]
-            titles = [f"a {shape_a}", f"b {shape_b}", f"a {op} b"]
+            axis, size_a, size_b = clashing_axis(shape_a, shape_b)
+            titles = [f"a {shape_a}: axis {axis} is {size_a}", f"b {shape_b}: axis {axis} is {size_b}",
+                      f"a {op} b"]
             notes = ["" if drawable(shape_a) else "too large to draw",
                      "" if drawable(shape_b) else "too large to draw",
-                     "does not broadcast: no result"]
+                     f"does not broadcast: axis {axis} clashes,\n{size_a} against {size_b}, and neither is 1"]
             cut_note = ""
         height = max(im.shape[0] for im in images)
         width = max(im.shape[1] for im in images)
@@ -250,6 +253,16 @@ class BroadcastDiagram:
             text.set_text(note)
         self.cut_note.set_text(cut_note)
         return result
+
+
+def clashing_axis(shape_a, shape_b) -> tuple[int, int, int]:
+    """(axis counted from the right, size in a, size in b) of the first axis, from the right,
+    on which two shapes that do not broadcast clash."""
+    for axis in range(-1, -min(len(shape_a), len(shape_b)) - 1, -1):
+        a, b = shape_a[axis], shape_b[axis]
+        if a != b and 1 not in (a, b):
+            return axis, a, b
+    raise ValueError(f"shape_a, shape_b: expected shapes that do not broadcast, got {shape_a} and {shape_b}")
 
 
 def plot_broadcast(shape_a, shape_b, op: str = "+", figsize=(7, 5.5)):

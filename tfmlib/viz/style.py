@@ -6,6 +6,13 @@ closed, 934 px at 1366 px). The inline backend and the widgets render at 100 dpi
 figure at most `COLUMN_IN` = 8.4 inches wide is shown 1:1; a wider one is shrunk, and its
 text with it. Fonts are at least `MIN_FONT_PT` = 9 pt as displayed.
 
+Classroom. Projected, a figure is read from the back row: the classroom minimum is text of
+`CLASSROOM_MIN_PX` = 18 px and map tiles of `CLASSROOM_MIN_CELL_PX` = 24 px on the projected
+image. The course's 9 pt at 100 dpi is 12.5 px, enough on a laptop and below that minimum: to
+project, zoom the browser so that the figure is shown 1.5 times larger (text 18.75 px, and a
+map's tiles 1.5 times theirs), or save the figure for a slide at `classroom_dpi()` (144 dpi for
+9 pt text).
+
 Layout. One engine, constrained layout: it keeps every label inside the canvas. The
 inline backend crops a stored figure to its contents (`bbox_inches="tight"`), so text
 outside the canvas would still show there, but a widget's frame is the canvas itself and
@@ -36,6 +43,14 @@ MIN_FONT_PT = 9       #: smallest text as displayed (12.5 px at 100 dpi)
 TITLE_PT = 11         #: every axes title and figure title
 LABEL_PT = 10         #: axis labels, colour-bar labels
 TICK_PT = 9           #: tick labels, legends, notes and numbers written into cells
+CLASSROOM_MIN_PX = 18       #: smallest text on a projected screen that the back row reads
+CLASSROOM_MIN_CELL_PX = 24  #: smallest tile of a map under which a token label is read from the back
+
+
+def classroom_dpi(min_font_pt: float = MIN_FONT_PT) -> float:
+    """The dpi at which text of `min_font_pt` is `CLASSROOM_MIN_PX` tall: save a figure for a
+    slide with `fig.savefig(path, dpi=classroom_dpi())` (144 dpi for the course's 9 pt)."""
+    return CLASSROOM_MIN_PX * 72 / min_font_pt
 
 # ---- colour -----------------------------------------------------------------------------------
 
@@ -60,6 +75,30 @@ IDEA_COLOURS = {
     "masked": MASKED_COLOUR,
 }
 
+#: "You are here": the step a notebook is about, in the course map and the concept diagrams
+#: (tfmlib/viz/concepts.py): an edge in Okabe-Ito's orange, a fill in a light tint of it.
+HIGHLIGHT_COLOUR = PALETTE[3]
+HIGHLIGHT_FILL = "#fbe3b3"
+
+#: Colours of series that are none of the ideas above: Okabe-Ito's black, orange and sky blue
+#: and Paul Tol's muted wine, teal, indigo, olive and sand, but not the query's blue, the key's
+#: vermillion, training's green or held-out purple, so that those keep their one meaning.
+SERIES_COLOURS = ("#000000", "#E69F00", "#44AA99", "#882255", "#332288", "#999933", "#56B4E9", "#DDCC77")
+
+#: One pair of colours for each pair of other ideas that a figure sets side by side, none of
+#: them an idea colour, and the pairs that share a notebook apart from each other (the lint
+#: checks that an idea colour names one thing in a notebook, `lint.NotebookColours`).
+PAIR_COLOURS = {
+    "operands": ("#E69F00", "#44AA99"),          # 01: a (orange), b (teal)
+    "scaling": ("#000000", "#E69F00"),           # 05: scaled (black), unscaled (orange)
+    "implementations": ("#882255", "#999933"),   # 05: tfmlib (wine), PyTorch's fused kernel (olive)
+    "widths": ("#000000", "#E69F00"),            # 03: D = 16 (black), D = 64 (orange)
+    "optimizers": ("#E69F00", "#000000"),        # 09: SGD (orange), Adam (black)
+    "bias correction": ("#882255", "#44AA99"),   # 09: raw (wine), corrected (teal)
+    "schedules": ("#332288", "#999933"),         # 09: the paper's (indigo), train()'s (olive)
+    "cache": ("#000000", "#E69F00"),             # b2: with the KV cache (black), without (orange)
+}
+
 SEQUENTIAL_CMAP = "viridis"   #: values from 0 up, e.g. attention weights (0-1)
 DIVERGING_CMAP = "RdBu_r"     #: signed values, always with limits symmetric about 0
 
@@ -77,23 +116,25 @@ ALLOWED_CMAPS = frozenset({SEQUENTIAL_CMAP, DIVERGING_CMAP, MASK_CMAP.name, TOKE
 
 #: One colour per experiment of notebook 10's lab (tfmlib.experiments.EXPERIMENTS), the same in
 #: every lab figure and in the overlay widget, whichever experiments a figure shows. The
-#: baseline, in nearly every figure, is black; then Okabe-Ito (its faint yellow left out), and
-#: for the last five colours from Paul Tol's muted palette. Twelve colours cannot all be told
-#: apart by every reader: the markers of `experiment_marker` differ too, and the experiments
-#: a figure of the notebook shows together get colours far apart.
+#: baseline, in nearly every figure, is black; then Okabe-Ito's orange and sky blue and Paul
+#: Tol's muted and dark colours, none of them an idea colour (`IDEA_COLOURS`: 10 draws training
+#: and held-out curves and query-by-key maps too). Label smoothing, often beside the baseline,
+#: is orange, far from black. Twelve colours cannot all be told apart by every reader: the
+#: markers of `experiment_marker` differ too, and the experiments a figure of the notebook
+#: shows together get colours far apart.
 EXPERIMENT_COLOURS = {
     "baseline": "#000000",
-    "no positions": "#0072B2",
-    "1 head": "#D55E00",
-    "no sqrt(d_k)": "#009E73",
-    "Pre-LN, no warm-up": "#E69F00",
-    "Post-LN": "#CC79A7",
-    "Post-LN, no warm-up": "#56B4E9",
-    "lr x10": "#882255",
-    "label smoothing 0.1": "#332288",
-    "sum": "#999933",
-    "sum, no positions": "#44AA99",
-    "sum, regressor": "#AA4499",
+    "no positions": "#56B4E9",
+    "1 head": "#882255",
+    "no sqrt(d_k)": "#44AA99",
+    "Pre-LN, no warm-up": "#AA4499",
+    "Post-LN": "#CC6677",
+    "Post-LN, no warm-up": "#332288",
+    "lr x10": "#999933",
+    "label smoothing 0.1": "#E69F00",
+    "sum": "#DDCC77",
+    "sum, no positions": "#661100",
+    "sum, regressor": "#117733",
 }
 
 
@@ -125,8 +166,9 @@ def name_query_key_axes(ax, xlabel: str = KEY_LABEL, ylabel: str = QUERY_LABEL) 
 
 
 def line_style(i: int) -> dict:
-    """Colour, line style and marker of the i-th line: lines differ without colour too."""
-    return {"color": PALETTE[i % len(PALETTE)], "linestyle": LINESTYLES[i % len(LINESTYLES)],
+    """Colour (`SERIES_COLOURS`), line style and marker of the i-th line: lines differ without
+    colour too."""
+    return {"color": SERIES_COLOURS[i % len(SERIES_COLOURS)], "linestyle": LINESTYLES[i % len(LINESTYLES)],
             "marker": MARKERS[i % len(MARKERS)]}
 
 

@@ -58,6 +58,21 @@ def fractions(values: torch.Tensor) -> np.ndarray:
     return counts / data.size
 
 
+def stage_note(values: torch.Tensor, normalised: bool) -> str:
+    """The note of one panel: for the LayerNorm's output, what LayerNorm does (every token back
+    to mean 0 and std 1: the worst token's numbers); for every panel, the share of values past
+    the histogram's ends, piled into its end bins."""
+    lines = []
+    if normalised:
+        mean = values.mean(dim=-1).abs().max()                  # (B, L) -> the worst token
+        std = values.std(dim=-1, unbiased=False)
+        lines.append(f"each token:\nmean {_fixed(mean, 2):.2f}\nstd {_fixed(std.min(), 2):.2f}-{_fixed(std.max(), 2):.2f}")
+    beyond = (values.abs() > EDGES[-1]).double().mean().item()
+    if beyond > 0:
+        lines.append(f"{100 * beyond:.1f} %\npast ±{EDGES[-1]:g},\nin the\nend bins")
+    return "\n".join(lines)
+
+
 def _fixed(value: float, digits: int) -> float:
     return round(float(value), digits) + 0.0  # + 0.0 turns -0.0 into 0.0: no "-0.000"
 
@@ -73,14 +88,16 @@ def summary(output: torch.Tensor, p: float, norm_first: bool) -> str:
 
 def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool, ymax: float):
     """Fill three axes with step histograms; returns the artists a redraw repaints."""
-    steps, titles, means = [], [], []
+    steps, titles, means, notes = [], [], [], []
     for ax, values, title in zip(axes, stages.values(), PANEL_TITLES[norm_first]):
-        steps.append(ax.stairs(fractions(values), EDGES, fill=True, alpha=0.75, color=style.PALETTE[0],
+        steps.append(ax.stairs(fractions(values), EDGES, fill=True, alpha=0.75, color=style.SERIES_COLOURS[2],
                                label="stage"))
         mean = values.mean().item()
-        means.append(ax.axvline(mean, color=style.PALETTE[1], linestyle="--", linewidth=1.2,
+        means.append(ax.axvline(mean, color=style.SERIES_COLOURS[1], linestyle="--", linewidth=1.2,
                                 label="mean"))
         titles.append(style.title(ax, title))
+        notes.append(ax.text(0.98, 0.97, stage_note(values, ax is axes[1]), transform=ax.transAxes,
+                             ha="right", va="top", fontsize=style.TICK_PT))
         ax.set_xlim(EDGES[0], EDGES[-1])
         ax.set_ylim(0, ymax)
         ax.set_xlabel("activation value")
@@ -89,7 +106,7 @@ def _draw_panels(axes, stages: dict, block_input: torch.Tensor, norm_first: bool
                                 linewidth=1, label="input x")
     axes[-1].legend(loc="upper left", fontsize=style.TICK_PT, frameon=False)  # left of the bars
     axes[0].set_ylabel("share of the B x L x D values")
-    return steps, titles, means, reference
+    return steps, titles, means, reference, notes
 
 
 class BlockExplorer(Explorer):
@@ -114,7 +131,7 @@ class BlockExplorer(Explorer):
         fig.set_layout_engine(None)
         fig.subplots_adjust(**MARGINS)
         self.stages = block_stages(x, sublayer, norm, p, norm_first, seed)
-        self.steps, self.titles, self.means, self.reference = _draw_panels(
+        self.steps, self.titles, self.means, self.reference, self.notes = _draw_panels(
             self.axes, self.stages, x, norm_first, self.ymax)
         self.headline = fig.suptitle("", fontsize=style.TITLE_PT)
         self.p_slider = widgets.FloatSlider(value=p, min=0.0, max=P_MAX, step=P_STEP,
@@ -123,7 +140,7 @@ class BlockExplorer(Explorer):
                                           value=norm_first, description="LayerNorm")
         # The panel titles depend on the mode: one background per mode. The reference
         # histogram never changes, but it is drawn on top of the bars, so it moves too.
-        self._build(fig, [*self.steps, *self.means, self.reference, self.headline],
+        self._build(fig, [*self.steps, *self.means, self.reference, self.headline, *self.notes],
                     [self.p_slider, self.mode], [widgets.HBox([self.p_slider, self.mode])])
         cache_text(self.frames.canvas.get_renderer())
         self.summary = ""
@@ -140,8 +157,10 @@ class BlockExplorer(Explorer):
             self.all_stages[key] = block_stages(self.x, self.sublayer, self.norm, p, norm_first,
                                                 self.seed)
         self.stages = self.all_stages[key]
-        for step, line, values in zip(self.steps, self.means, self.stages.values()):
+        for i, (step, line, note, values) in enumerate(zip(self.steps, self.means, self.notes,
+                                                            self.stages.values())):
             step.set_data(fractions(values))
+            note.set_text(stage_note(values, i == 1))
             mean = values.mean().item()
             line.set_xdata([mean, mean])
         for title, text in zip(self.titles, PANEL_TITLES[norm_first]):

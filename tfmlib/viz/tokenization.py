@@ -8,6 +8,7 @@ but creates no new artists.
 """
 from __future__ import annotations
 
+import functools
 import html
 import time
 
@@ -23,8 +24,10 @@ from .style import ERROR_COLOUR, TICK_PT, TOKEN_KIND_CMAP, figure, freeze_layout
 KINDS = ("word", "bos/eos", "<unk>", "<pad>")
 COLOURS = style.TOKEN_KIND_COLOURS
 TEXT_COLOURS = ("#1a1a1a", "#1a1a1a", "#7a0000", "#4d4d4d")
-CHAR_WIDTH = 0.6    # a character's mean width in DejaVu Sans, in font sizes: to cut long tokens
-MAX_TOKENS = 14                 # longest typed sentence the grid shows (L <= 16 with <bos>/<eos>)
+# Longest typed sentence the grid shows (L <= 12 with <bos>/<eos>): at 12 columns a cell is wide
+# enough for every word of the running example ("attention" was cut to "atten…" at 16, which
+# reads as a subword in a lesson on tokens).
+MAX_TOKENS = 10
 MAX_COLS = MAX_TOKENS + 2
 MAX_ROWS = 4
 
@@ -88,13 +91,13 @@ class BatchGrid:
         lines = [[(c - 0.5, -0.5), (c - 0.5, rows - 0.5)] for c in range(1, cols)]
         lines += [[(-0.5, r - 0.5), (cols - 0.5, r - 0.5)] for r in range(1, rows)]
         self.borders.set_segments(lines)
-        fits = self._characters_per_cell(width)
+        cell_px = self._cell_px(width)
         for r in range(self.max_rows):
             for c in range(self.max_cols):
                 text = self.cells[r][c]
                 if r < rows and c < cols:
                     kind = kinds[r, c]
-                    text.set_text(f"{_cut(tokens[r][c], fits)}\n{ids[r, c]}")
+                    text.set_text(f"{_cut(tokens[r][c], cell_px, self.ax.figure)}\n{ids[r, c]}")
                     text.set_color(TEXT_COLOURS[kind])
                     text.set_fontweight("bold" if r in unknown_rows and kind == 2 else "normal")
                     text.set_visible(True)
@@ -103,16 +106,30 @@ class BatchGrid:
         labels = row_labels if row_labels is not None else [str(r) for r in range(rows)]
         self.ax.set_yticks(range(rows), labels=labels)
 
-    def _characters_per_cell(self, cols: int) -> int:
-        """How many characters of a token fit in a cell `cols` cells to the axes' width."""
-        fig = self.ax.figure
-        cell_px = self.ax.get_position().width * fig.bbox.width / cols
-        return max(3, int(cell_px / (CHAR_WIDTH * TICK_PT * fig.dpi / 72)))
+    def _cell_px(self, cols: int) -> float:
+        """The width in pixels of one cell, `cols` cells to the axes' width."""
+        return self.ax.get_position().width * self.ax.figure.bbox.width / cols
 
 
-def _cut(token: str, fits: int) -> str:
-    """The token, or its start and an ellipsis when it is wider than its cell."""
-    return token if len(token) <= fits else token[:fits - 1] + "…"
+@functools.lru_cache(maxsize=4096)
+def _text_px(text: str, dpi: float) -> float:
+    """The width of `text` in pixels at the cells' font size (measured once per text and dpi)."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+
+    width, _, _ = RendererAgg(1, 1, dpi).get_text_width_height_descent(
+        text, FontProperties(size=TICK_PT), ismath=False)
+    return width
+
+
+def _cut(token: str, cell_px: float, fig) -> str:
+    """The token, or (a typed word longer than its cell) its start and an ellipsis."""
+    room = cell_px - 4                                     # a little margin on either side
+    if _text_px(token, fig.dpi) <= room:
+        return token
+    while len(token) > 1 and _text_px(token + "…", fig.dpi) > room:
+        token = token[:-1]
+    return token + "…"
 
 
 def plot_batch(batch, vocab: dict, title: str | None = None, row_labels=None, height: float = 2.8,
@@ -176,11 +193,11 @@ class TokenizerExplorer(Explorer):
         import ipywidgets as widgets
 
         self.sentences, self.vocab = list(sentences), vocab
-        fig = figure(3.2, pyplot=False)  # outside pyplot: the inline backend never shows it
+        fig = figure(3.6, pyplot=False)  # outside pyplot: the inline backend never shows it
         self.ax = fig.add_subplot()
         style.style_axes(self.ax)
-        self.grid = BatchGrid(self.ax, max_rows=len(self.sentences) + 1, max_cols=MAX_COLS, legend=False,
-                              fixed_width=True)
+        self.grid = BatchGrid(self.ax, max_rows=len(self.sentences) + 1, max_cols=MAX_COLS, legend=True,
+                              fixed_width=True)          # the colour key in the picture: a still has no HTML
         self.title = fig.suptitle(" ", fontsize=style.TITLE_PT)
         self._draw_grid(typed_batch(self.sentences, vocab, sentence)[0])
         freeze_layout(fig)     # the labels' sizes do not change with the sentence: lay out once

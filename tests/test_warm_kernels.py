@@ -2,7 +2,8 @@
 exactly as nbgrader's own kernel start does, and leaves no process behind.
 
 Three submissions of 04_masks, graded in this order by the real `nbgrader autograde`, once with
-`--WarmExecute.warm=False` (nbgrader's own start) and once as the course's config has it:
+`--WarmExecute.warm=False` (nbgrader's own start) and once as the course's config has it (forked),
+each kernel in its sandbox both times:
   a_loops   padding_mask loops forever (the cell timeout interrupts it), the others right
   b_raises  every answer raises
   c_honest  the instructor's answers
@@ -49,13 +50,17 @@ print(json.dumps(scores))
 
 
 def processes_of(home: Path) -> list[str]:
-    """The command lines of the processes whose environment has HOME=home (this test's)."""
-    marker = f"HOME={home}".encode() + b"\0"
+    """The command lines of the processes whose environment has HOME=home (this test's) or whose
+    command line or environment names a path in `home` (a sandbox's bubblewrap and kernel: the
+    grader's temporary folder, where the sandboxes' folders are, is in `home`)."""
+    markers = (f"HOME={home}".encode() + b"\0", str(home).encode() + b"/")
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                seen = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
+                if any(marker in seen for marker in markers):
+                    found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
         except OSError:  # another user's process, or one that just exited
             continue
     return found
@@ -64,7 +69,8 @@ def processes_of(home: Path) -> list[str]:
 def run(course: Path, *args: str) -> str:
     if not (TEACHER_BIN / "nbgrader").exists():
         pytest.fail(f"no nbgrader in {TEACHER_BIN}: run `make teacher` first")
-    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=grader_env(course.parent),
+    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course,
+                          env=dict(grader_env(course.parent), TMPDIR=str(course.parent)),
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr

@@ -25,26 +25,25 @@ from nbgrader.exchange.default.collect import ExchangeCollect
 class OwnerCheckedCollect(ExchangeCollect):
     """nbgrader's collect, which refuses what one account submitted under another's name."""
 
+    def init_src(self):
+        self.refused = []
+        super().init_src()
+        for record in self.refused:
+            self.log.error("Refused %s: it claims to be by %s but the account %s submitted it; not "
+                           "collected (it stays in %s; see the teacher's guide, section 4)",
+                           record["filename"], record["username"], record["owner"], self.inbound_path)
+        self.src_records = [record for record in self.src_records if record not in self.refused]
+
     def _path_to_record(self, path):
         record = super()._path_to_record(path)
         try:
             record["owner"] = pwd.getpwuid(os.stat(os.path.join(self.inbound_path, record["filename"])).st_uid).pw_name
         except KeyError:
             record["owner"] = "an unknown account"
+        if self.check_owner and record["owner"] != record["username"]:
+            self.refused.append(record)
         return record
-
-    def _refused(self, record) -> bool:
-        return self.check_owner and record["owner"] != record["username"]
 
     def _sort_by_timestamp(self, records):
         """Newest first, each learner's own submissions before any filed under their name by another."""
-        return sorted(records, key=lambda record: (not self._refused(record), record["timestamp"]), reverse=True)
-
-    def copy_files(self):
-        for record in self.src_records:
-            if self._refused(record):
-                self.log.error("Refused %s: it claims to be by %s but the account %s submitted it; not "
-                               "collected (it stays in %s; see the teacher's guide, section 4)",
-                               record["filename"], record["username"], record["owner"], self.inbound_path)
-        self.src_records = [record for record in self.src_records if not self._refused(record)]
-        super().copy_files()
+        return sorted(records, key=lambda record: (record not in self.refused, record["timestamp"]), reverse=True)

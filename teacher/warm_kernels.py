@@ -290,8 +290,7 @@ NOBODY = 65534
 def sandbox_env(env: dict, folder: Path) -> dict:
     """The kernel's environment: the harmless part of `env`, the course's TFMLIB_ settings, and a
     home, IPython's and matplotlib's folders in the sandbox's private /tmp."""
-    kept = {name: value for name, value in env.items()  # not JPY_PARENT_PID: no such pid in there
-            if name in KEPT_VARIABLES or name.startswith("TFMLIB_") or name == "JPY_SESSION_NAME"}
+    kept = {name: value for name, value in env.items() if name in KEPT_VARIABLES or name.startswith("TFMLIB_")}
     return {**kept, "HOME": "/tmp", "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/matplotlib",
             OUT_VARIABLE: str(folder / "out")}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -183,3 +184,78 @@ def test_each_kernel_is_a_new_process_with_the_imports_done_and_nothing_of_the_o
     assert (imported, broken) == ("True", "False")
     assert one["count"] == two["count"] == 1  # the zygote's imports count no execution
     assert processes_of(tmp_path) == []
+
+
+# ---- the sandbox, one kernel at a time (tests/test_grading_sandbox.py grades through nbgrader) ----
+
+DETACH = """
+import sys, subprocess
+import nbformat
+from nbclient import NotebookClient
+sys.path.insert(0, sys.argv[1])
+import warm_kernels
+
+manager = warm_kernels.kernel_manager(warm=sys.argv[2] == "forked", sandbox=sys.argv[3] == "sandbox",
+                                      limits={"RLIMIT_AS": 4 << 30, "RLIMIT_NPROC": 256})
+notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(sys.argv[4])])
+NotebookClient(notebook, kernel_manager_class=manager, kernel_name="python3", timeout=120).execute()
+print("".join(output.get("text", "") for output in notebook.cells[0].outputs))
+"""
+# A cell that leaves a process behind (double fork, new session, then `sleep` with a mark to find it
+# by), and reports what it can reach: a file of the grader's, a server of the grader's on 127.0.0.1.
+LEAVER = """
+import os, socket
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for fd in (0, 1, 2):  # not the kernel's pipes: the test waits for them to close
+            os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+        os.execv("/bin/sleep", ["sleep", "{mark}"])
+    os._exit(0)
+try:
+    open({secret!r}).read(); print("read the grader's file")
+except OSError:
+    print("no grader's file")
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=10); print("connected")
+except OSError as error:
+    print("network:", error.errno)
+"""
+
+
+def marked(mark: str) -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+            and _cmdline(entry).endswith(f" {mark}")]
+
+
+def _cmdline(entry: Path) -> str:
+    try:
+        return (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("start", ["forked", "started"])
+@pytest.mark.parametrize("sandbox", ["sandbox", "no sandbox"])
+def test_a_sandboxed_kernel_leaves_no_process_and_reaches_no_file_and_no_network(tmp_path, start, sandbox):
+    """Without the sandbox the detached process outlives its kernel, and the kernel reads the
+    grader's file and reaches its server (the control: the test can see each); in the sandbox the
+    process is gone with the kernel's PID namespace, the file is not there, and 127.0.0.1 is the
+    sandbox's own (connection refused)."""
+    mark = f"{os.getpid()}{len(start)}{len(sandbox)}.25"
+    secret = tmp_path / "gradebook.db"
+    secret.write_text("grades")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        done = subprocess.run([str(TEACHER_BIN / "python"), "-c", DETACH, str(REPO / "teacher"), start, sandbox,
+                               LEAVER.format(mark=mark, secret=str(secret), port=server.getsockname()[1])],
+                              cwd=tmp_path, env=grader_env(tmp_path), capture_output=True, text=True, timeout=300)
+    time.sleep(1)
+    left = marked(mark)
+    for pid in left:
+        os.kill(pid, 9)
+    assert done.returncode == 0, done.stderr
+    if sandbox == "no sandbox":
+        assert len(left) == 1 and "read the grader's file" in done.stdout and "connected" in done.stdout, done.stdout
+    else:
+        assert left == [], left
+        assert "no grader's file" in done.stdout and "network: 111" in done.stdout, done.stdout

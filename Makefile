@@ -13,7 +13,8 @@
 #   make notebook-times  time each notebook headless and the total (NB="05 09" for some)
 #   make mutants    mutation test of the exercise checks; writes benchmarks/MUTANTS.md
 #   make execute    re-execute every notebook in place to refresh its stored outputs
-#   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt)
+#   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt),
+#                   and Debian's bubblewrap, the sandbox autograding runs each submission in
 #   make nbgrader-course  write the nbgrader course of the ten notebooks to nbgrader-course/
 #   make site       the course as a static website in build/site/ (Sphinx + MyST-NB, .venv-site)
 #   make site-preview  make site, then serve it on http://127.0.0.1:8000
@@ -23,7 +24,8 @@
 #   make clean      remove caches and build artefacts (keeps .venv)
 #   make distclean  clean, and remove .venv, .venv-teacher, .venv-hub and .venv-site too
 #
-# Nothing outside .venv is used, except Debian's chromium for the browser test.
+# Nothing outside .venv is used, except Debian's chromium for the browser test and Debian's
+# bubblewrap (`bwrap`) for the grading sandbox (teacher/warm_kernels.py).
 #
 # torch: on Linux, PyPI's wheel bundles CUDA (several GB), so the installs take PyTorch's CPU
 # build from its CPU wheel index where that answers (tools/pip_install.py decides and says why).
@@ -104,8 +106,9 @@ RUN_CACHE := $(TEST_HOME)/runs
 TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 
 CHROMIUM := /usr/bin/chromium
+BWRAP := /usr/bin/bwrap
 
-.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench gallery notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load site site-install site-preview clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench gallery notebook-times mutants execute chromium bubblewrap teacher nbgrader-course hub hub-test hub-load site site-install site-preview clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -135,7 +138,7 @@ $(TEACHER_STAMP): requirements-teacher.txt pyproject.toml | $(TEACHER_BIN)/pytho
 	$(call PIP_INSTALL,$(TEACHER_BIN),requirements-teacher.txt)
 	touch $@
 
-teacher: $(TEACHER_STAMP)
+teacher: $(TEACHER_STAMP) bubblewrap
 
 # From the repository root: the `-e .` that hub/requirements.txt pulls in (through
 # requirements-teacher.txt) is relative to the current directory.
@@ -259,6 +262,24 @@ chromium:
 	$$SUDO apt-get update; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
 	test -x $(CHROMIUM)
+
+# Debian's bubblewrap: `nbgrader autograde` runs each submission's kernel in a bwrap sandbox
+# (teacher/warm_kernels.py; docs/teachers_guide.md, section 5).
+bubblewrap:
+	@if [ -x $(BWRAP) ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then \
+	  echo "error: $(BWRAP) is missing and there is no apt-get here." \
+	       "Install bubblewrap (the package is called bubblewrap on most Linux systems), then rerun." >&2; exit 1; \
+	fi; \
+	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null; then SUDO="sudo"; \
+	else echo "error: $(BWRAP) is missing. As root, run:" \
+	          "apt-get update && apt-get install -y bubblewrap" >&2; exit 1; \
+	fi; \
+	echo "Installing Debian's bubblewrap (the grading sandbox)..."; \
+	$$SUDO apt-get update; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y bubblewrap; \
+	test -x $(BWRAP)
 
 # --- Cleaning ----------------------------------------------------------------
 clean:

@@ -2,11 +2,13 @@
 
 How long `nbgrader autograde` takes per submission, as the course grades now and as it graded
 before, side by side on the same machine, in alternating rounds:
-  before  nbgrader starts a new kernel per submission, which imports torch, matplotlib,
-          ipywidgets and tfmlib in the notebook's first cells (`--WarmExecute.warm=False`);
-  now     each submission's kernel is forked from one process that imported them once
-          (teacher/warm_kernels.py, which the course's nbgrader_config.py turns on).
-Figures are not drawn in either (the config's `--InlineBackend.figure_formats=set()`).
+  before      nbgrader starts a new kernel per submission, which imports torch, matplotlib,
+              ipywidgets and tfmlib in the notebook's first cells (`--WarmExecute.warm=False`),
+              in the grading sandbox;
+  unsandboxed each submission's kernel is forked from one process that imported them once
+              (teacher/warm_kernels.py), without the sandbox (`--WarmExecute.sandbox=False`);
+  now         forked, and in the grading sandbox, as the course's nbgrader_config.py grades.
+Figures are not drawn in any (the config's `--InlineBackend.figure_formats=set()`).
 Each round autogrades N copies of the instructor's answers (every check runs to PASS) with
 `--force`, and then one copy; per submission is (N copies - one copy) / (N - 1), which leaves
 out nbgrader's own start (and the zygote's imports, once per command), in wall-clock seconds
@@ -32,7 +34,7 @@ from .timing import load_average, machine
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
-SETUPS = {"before": ["--WarmExecute.warm=False"], "now": []}
+SETUPS = {"before": ["--WarmExecute.warm=False"], "unsandboxed": ["--WarmExecute.sandbox=False"], "now": []}
 
 
 def _generator():
@@ -115,13 +117,14 @@ def render(results: dict, students: int, rounds: int, seconds: float, loads: tup
              "read the ratios, measured side by side, rather than the seconds). "
              f"{students} submissions per assignment, median of {rounds} alternating rounds; "
              f"the run took {seconds / 60:.0f} min.", "",
-             "| assignment | before: wall / CPU per submission | now: wall / CPU per submission "
-             "| faster (wall / CPU) | a class of 40, wall: before / now |",
-             "|---|---:|---:|---:|---:|"]
+             "| assignment | before: wall / CPU per submission | forked, no sandbox: wall / CPU "
+             "| now, forked and sandboxed: wall / CPU | faster than before (wall / CPU) "
+             "| a class of 40, wall: before / now |",
+             "|---|---:|---:|---:|---:|---:|"]
     for assignment, setups in results.items():
-        before, now = setups["before"], setups["now"]
-        lines.append(f"| `{assignment}` | {before[0]:.1f} s / {before[1]:.1f} s | {now[0]:.1f} s / "
-                     f"{now[1]:.1f} s | {before[0] / now[0]:.1f}x / {before[1] / now[1]:.1f}x | "
+        before, bare, now = setups["before"], setups["unsandboxed"], setups["now"]
+        lines.append(f"| `{assignment}` | {before[0]:.1f} s / {before[1]:.1f} s | {bare[0]:.1f} s / {bare[1]:.1f} s "
+                     f"| {now[0]:.1f} s / {now[1]:.1f} s | {before[0] / now[0]:.1f}x / {before[1] / now[1]:.1f}x | "
                      f"{(before[2] + 40 * before[0]) / 60:.1f} min / {(now[2] + 40 * now[0]) / 60:.1f} min |")
     lines += ["", "A class of 40 is nbgrader's own start plus 40 times the time per submission, for "
               "one notebook; the ten notebooks take about ten times as long. In `now`, nbgrader's own "
@@ -131,7 +134,9 @@ def render(results: dict, students: int, rounds: int, seconds: float, loads: tup
               "imports them and each submission's kernel is a fork of it (teacher/warm_kernels.py): "
               "still a new process per submission. What is left per submission is nbgrader's own work "
               "on each notebook (sanitizing, writing it, the gradebook), the fork and ipykernel's start, "
-              "and the lesson's own cells."]
+              "and the lesson's own cells. The sandbox (bubblewrap; docs/teachers_guide.md, section 5) "
+              "adds a bubblewrap process per submission that holds the sandbox's namespaces, which the "
+              "forked kernel joins: compare the two forked columns."]
     return "\n".join(lines) + "\n"
 
 

@@ -19,8 +19,11 @@ included) stays as it is, ungraded.
 The folder written (default nbgrader-course/, git-ignored) is an nbgrader course root:
 nbgrader_config.py (written once, yours to edit afterwards: the points of each exercise and
 the calls an answer may not make are set there), warm_kernels.py (which forks each
-submission's kernel from one process with the course's imports done; rewritten on every run) and
-source/<notebook>/<notebook>.ipynb (rewritten on every run). See docs/teachers_guide.md.
+submission's kernel from one process with the course's imports done, in a sandbox; rewritten on
+every run), course_exchange.py (collect refuses a submission filed under another learner's name;
+rewritten on every run) and source/<notebook>/<notebook>.ipynb (rewritten on every run). The
+folder is made readable by its owner alone (mode 700): the solutions and the gradebook are in it.
+See docs/teachers_guide.md.
 """
 from __future__ import annotations
 
@@ -78,13 +81,20 @@ c.Execute.timeout = 120
 c.Execute.extra_arguments = ["--InlineBackend.figure_formats=set()"]
 # Autograding must not write the grader's own progress file (tfmlib.exercises.progress).
 os.environ["TFMLIB_PROGRESS"] = ""
+# ---- kernels, sandbox and exchange (teacher/warm_kernels.py, teacher/course_exchange.py) --------
 # Each submission's kernel is a fork of one process that imported torch, matplotlib and the
 # course's library once: 3x faster per submission (benchmarks/AUTOGRADE.md), and still a new
-# process per submission. make_nbgrader_course.py rewrites warm_kernels.py next to this file;
-# delete these three lines to start kernels as nbgrader does.
+# process per submission. Each runs in a bubblewrap sandbox: the user nobody, no network, a private
+# /tmp, no file of the course, the gradebook or the exchange, and every process of it killed when
+# its grading ends (docs/teachers_guide.md, section 5). make_nbgrader_course.py rewrites
+# warm_kernels.py and course_exchange.py next to this file.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import course_exchange  # noqa: E402
 import warm_kernels  # noqa: E402
 c.Autograde.autograde_preprocessors = warm_kernels.autograde_preprocessors()
+# Collect refuses a submission whose claimed learner is not the account that submitted it.
+c.ExchangeFactory.collect = course_exchange.OwnerCheckedCollect
+# ---- end of kernels, sandbox and exchange ---------------------------------------------------------
 '''
 
 SETTINGS = ("DEFAULT_POINTS", "POINTS", "FORBIDDEN_CALLS")
@@ -302,10 +312,12 @@ def read_settings(config: Path) -> dict:
 def write_course(out: Path, notebooks: list[Path]) -> dict[str, list[tuple[str, float]]]:
     """Write the course root `out`; returns {assignment: [(graded exercise, points), ...]}."""
     out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o700)  # the solutions (source/), the gradebook, the submissions: the teacher's alone
     config = out / "nbgrader_config.py"
     if not config.exists():
         config.write_text(CONFIG)
-    shutil.copyfile(REPO / "teacher" / "warm_kernels.py", out / "warm_kernels.py")
+    for helper in ("warm_kernels.py", "course_exchange.py"):
+        shutil.copyfile(REPO / "teacher" / helper, out / helper)
     settings = read_settings(config)
     assignments = {}
     for path in notebooks:

@@ -312,7 +312,9 @@ def gradebook(course) -> dict:
     """Autograde every learner; {student: {exercise: points}} from the gradebook."""
     nbgrader(course, "release_assignment", GRADED)
     submit_through_the_exchange(course, "hana", GRADED, RIGHT)
-    nbgrader(course, "collect", GRADED)
+    # every learner here is this test's one account: the course's check that a submission's claimed
+    # learner owns it (course_exchange.py, tested as real accounts in test_grading_sandbox.py) is off
+    nbgrader(course, "collect", GRADED, "--ExchangeCollect.check_owner=False")
     submit(course, "ada", GRADED, reference_answers(course, GRADED))
     submit(course, "carl", GRADED, {name: body for name, (body, _) in CHEATS.items()})
     submit(course, "pam", GRADED, {name: body for name, (body, _) in BUILT_INS.items()})
@@ -413,3 +415,24 @@ def test_the_teachers_environment_pins_the_learners_versions():
     assert {"torch", "matplotlib", "ipywidgets", "ipykernel"} <= shared
     assert {name: teacher[name] for name in shared} == {name: learner[name] for name in shared}
     assert (REPO / "requirements-teacher.txt").read_text().rstrip().endswith("-e .")
+
+
+# ---- the learners' side: nbgrader with the course's learner configuration ------------------------
+
+def test_a_learner_validates_with_the_course_configuration_and_sees_the_failing_exercises(course, tmp_path):
+    """What a learner runs in their own folder, outside the course: nbgrader with only
+    hub/student-config (course id, exchange, the grader's 120 s cell timeout), on a copy with one
+    right and one wrong answer: validate lists the exercises that do not pass, no traceback."""
+    from traitlets.config.loader import PyFileConfigLoader
+    shipped = PyFileConfigLoader("nbgrader_config.py", path=str(REPO / "hub" / "student-config")).load_config()
+    assert shipped.Execute.timeout == 120 and shipped.CourseDirectory.course_id == "transformer-shape-first"
+    path = tmp_path / f"{GRADED}.ipynb"
+    nbformat.write(learners_copy(released(course, GRADED), {"padding_mask": RIGHT["padding_mask"],
+                                                            "causal_mask": WRONG["causal_mask"]}), path)
+    env = dict(teacher_env(tmp_path, "learner"), JUPYTER_CONFIG_PATH=str(REPO / "hub" / "student-config"))
+    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), "validate", path.name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    report = done.stdout + done.stderr
+    assert "VALIDATION FAILED ON 2 CELL(S)" in report, report
+    assert "[FAIL] causal_mask: looks like a classic mistake" in report and "[TODO] target_mask" in report, report
+    assert done.returncode == 0, report  # a report, not a crash

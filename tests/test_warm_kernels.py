@@ -2,7 +2,8 @@
 exactly as nbgrader's own kernel start does, and leaves no process behind.
 
 Three submissions of 04_masks, graded in this order by the real `nbgrader autograde`, once with
-`--WarmExecute.warm=False` (nbgrader's own start) and once as the course's config has it:
+`--WarmExecute.warm=False` (nbgrader's own start) and once as the course's config has it (forked),
+each kernel in its sandbox both times:
   a_loops   padding_mask loops forever (the cell timeout interrupts it), the others right
   b_raises  every answer raises
   c_honest  the instructor's answers
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -49,13 +51,17 @@ print(json.dumps(scores))
 
 
 def processes_of(home: Path) -> list[str]:
-    """The command lines of the processes whose environment has HOME=home (this test's)."""
-    marker = f"HOME={home}".encode() + b"\0"
+    """The command lines of the processes whose environment has HOME=home (this test's) or whose
+    command line or environment names a path in `home` (a sandbox's bubblewrap and kernel: the
+    grader's temporary folder, where the sandboxes' folders are, is in `home`)."""
+    markers = (f"HOME={home}".encode() + b"\0", str(home).encode() + b"/")
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                seen = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
+                if any(marker in seen for marker in markers):
+                    found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
         except OSError:  # another user's process, or one that just exited
             continue
     return found
@@ -64,7 +70,8 @@ def processes_of(home: Path) -> list[str]:
 def run(course: Path, *args: str) -> str:
     if not (TEACHER_BIN / "nbgrader").exists():
         pytest.fail(f"no nbgrader in {TEACHER_BIN}: run `make teacher` first")
-    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=grader_env(course.parent),
+    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course,
+                          env=dict(grader_env(course.parent), TMPDIR=str(course.parent)),
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
@@ -177,3 +184,78 @@ def test_each_kernel_is_a_new_process_with_the_imports_done_and_nothing_of_the_o
     assert (imported, broken) == ("True", "False")
     assert one["count"] == two["count"] == 1  # the zygote's imports count no execution
     assert processes_of(tmp_path) == []
+
+
+# ---- the sandbox, one kernel at a time (tests/test_grading_sandbox.py grades through nbgrader) ----
+
+DETACH = """
+import sys, subprocess
+import nbformat
+from nbclient import NotebookClient
+sys.path.insert(0, sys.argv[1])
+import warm_kernels
+
+manager = warm_kernels.kernel_manager(warm=sys.argv[2] == "forked", sandbox=sys.argv[3] == "sandbox",
+                                      limits={"RLIMIT_AS": 4 << 30, "RLIMIT_NPROC": 256})
+notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(sys.argv[4])])
+NotebookClient(notebook, kernel_manager_class=manager, kernel_name="python3", timeout=120).execute()
+print("".join(output.get("text", "") for output in notebook.cells[0].outputs))
+"""
+# A cell that leaves a process behind (double fork, new session, then `sleep` with a mark to find it
+# by), and reports what it can reach: a file of the grader's, a server of the grader's on 127.0.0.1.
+LEAVER = """
+import os, socket
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for fd in (0, 1, 2):  # not the kernel's pipes: the test waits for them to close
+            os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+        os.execv("/bin/sleep", ["sleep", "{mark}"])
+    os._exit(0)
+try:
+    open({secret!r}).read(); print("read the grader's file")
+except OSError:
+    print("no grader's file")
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=10); print("connected")
+except OSError as error:
+    print("network:", error.errno)
+"""
+
+
+def marked(mark: str) -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+            and _cmdline(entry).endswith(f" {mark}")]
+
+
+def _cmdline(entry: Path) -> str:
+    try:
+        return (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("start", ["forked", "started"])
+@pytest.mark.parametrize("sandbox", ["sandbox", "no sandbox"])
+def test_a_sandboxed_kernel_leaves_no_process_and_reaches_no_file_and_no_network(tmp_path, start, sandbox):
+    """Without the sandbox the detached process outlives its kernel, and the kernel reads the
+    grader's file and reaches its server (the control: the test can see each); in the sandbox the
+    process is gone with the kernel's PID namespace, the file is not there, and 127.0.0.1 is the
+    sandbox's own (connection refused)."""
+    mark = f"{os.getpid()}{len(start)}{len(sandbox)}.25"
+    secret = tmp_path / "gradebook.db"
+    secret.write_text("grades")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        done = subprocess.run([str(TEACHER_BIN / "python"), "-c", DETACH, str(REPO / "teacher"), start, sandbox,
+                               LEAVER.format(mark=mark, secret=str(secret), port=server.getsockname()[1])],
+                              cwd=tmp_path, env=grader_env(tmp_path), capture_output=True, text=True, timeout=300)
+    time.sleep(1)
+    left = marked(mark)
+    for pid in left:
+        os.kill(pid, 9)
+    assert done.returncode == 0, done.stderr
+    if sandbox == "no sandbox":
+        assert len(left) == 1 and "read the grader's file" in done.stdout and "connected" in done.stdout, done.stdout
+    else:
+        assert left == [], left
+        assert "no grader's file" in done.stdout and "network: 111" in done.stdout, done.stdout

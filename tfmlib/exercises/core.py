@@ -426,8 +426,10 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     if contract.float64 and any(t.is_floating_point() for t in _tensors_in((case.args, case.kwargs))):
         derived.append(dataclasses.replace(_to_float64(case), label="float64 inputs: the output follows",
                                            nudge=exercise.float64_reference))
-        derived += [dataclasses.replace(_to_float64(case, dtype), label=f"{str(dtype)[6:]} inputs: the output "
-                                        "keeps their dtype") for dtype in (torch.float16, torch.bfloat16)]
+        # bfloat16 with the defaults left out: a float32 zero made for a bias not given shows.
+        half = [(case, torch.float16), ((_defaults_left_out(exercise, case, names) or [case])[0], torch.bfloat16)]
+        derived += [dataclasses.replace(_to_float64(c, dtype), label=f"{str(dtype)[6:]} inputs: the output keeps "
+                                        f"their dtype{'' if c is case else '; ' + c.label}") for c, dtype in half]
     # Every axis but the batch cut to 1 in one case (one query), a batch of one with every
     # other axis tiled long in another; one case per axis where the reference rejects them
     # together. Each case costs the learner's wait; the batch is never cut with the others, as

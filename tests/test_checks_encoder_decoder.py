@@ -52,7 +52,7 @@ def attention_head_loop(query, kv, p, num_heads, mask=None):
         scores = q[..., cols] @ k[..., cols].transpose(-2, -1) / d_k ** 0.5     # (B, Lq, Lk)
         if mask is not None:
             scores = scores.masked_fill(~mask[:, 0], float("-inf"))
-        outputs.append(torch.softmax(scores, dim=-1) @ v[..., cols])
+        outputs.append(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v[..., cols])  # no visible key: zeros
     return F.linear(torch.cat(outputs, dim=-1), p["w_o"], p["b_o"])
 
 

@@ -873,10 +873,12 @@ def _behaves_like(exercise: Exercise, variant, cases, expected, actual, lenient=
         else:
             if lenient:
                 outcome, wrong, reference, both = _where_both_are_finite(outcome, wrong, reference)
-                if all(isinstance(o.gradients, str) and o.gradients.startswith(_AUTOGRAD_FAILED)
+                if any(isinstance(o.gradients, str) and o.gradients.startswith(_AUTOGRAD_FAILED)
                        for o in (outcome, wrong)):
-                    # autograd could not go back through either (an in-place step): undefined
-                    outcome, wrong = (dataclasses.replace(o, gradients=None) for o in (outcome, wrong))
+                    # autograd could not go back through one of them (an in-place step): undefined, for
+                    # the reference too (its gradients are no wrong value that the two share)
+                    outcome, wrong, reference = (dataclasses.replace(o, gradients=None) if isinstance(o, _Outcome)
+                                                 else o for o in (outcome, wrong, reference))
             else:
                 both = False
             outcome, wrong = (dataclasses.replace(o, moved=None) for o in (outcome, wrong))

@@ -143,7 +143,7 @@ def _drops_over_calls(fn, x: torch.Tensor, p: float, training: bool) -> str:
     """The law of the drops, over _CALLS calls on two entries of x: each entry dropped a
     Binomial(_CALLS, p) number of times, both together Binomial(_CALLS, p * p) (independent
     draws). A dropout that drops exactly round(p * n) entries of each call fails it."""
-    if not training or not 0 < p < 1:
+    if not training or not 0 < p < 1 or x.numel() < 2:
         return "n/a"
     pair = x.reshape(-1)[:2].reshape(*[1] * (x.dim() - 1), 2)  # x's number of axes
     drops = torch.stack([fn(pair.clone(), p, training).detach().reshape(2) == 0 for _ in range(_CALLS)])

@@ -46,17 +46,6 @@ def attention_where(query, key, value, mask=None):
     return weights @ value, weights
 
 
-def attention_annotated_then_zeroed(query, key, value, mask=None):
-    """The Annotated Transformer's -1e9, plus the zeroing that its version leaves out."""
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask == 0, -1e9)
-    weights = F.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(mask == 0, 0)
-    return torch.matmul(weights, value), weights
-
-
 def attention_float64_inside(query, key, value, mask=None):
     q, k, v = query.double(), key.double(), value.double()
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
@@ -243,7 +232,7 @@ def mha_torch_output(query, key, value, params, num_heads, mask=None):
 
 
 CORRECT = [
-    (ATTENTION, attention_where), (ATTENTION, attention_annotated_then_zeroed),
+    (ATTENTION, attention_where),
     (ATTENTION, attention_float64_inside),
     (ATTENTION, attention_non_contiguous), (ATTENTION, attention_manual_softmax),
     (ATTENTION, attention_row_loop),

@@ -257,14 +257,14 @@ def rope_hugging_face(x, positions=None):      # transformers' rotate_half and c
     pos = torch.arange(L) if positions is None else positions
     inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
     freqs = torch.outer(pos.float(), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
+    emb = torch.cat((freqs, freqs), dim=-1).to(x.dtype)
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
     return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
 
 
 def rope_ignoring_positions(x, positions=None):
     L, D = x.shape[-2:]
-    theta = torch.arange(L)[:, None] * 10000 ** (-torch.arange(0, D, 2) / D)
+    theta = (torch.arange(L)[:, None] * 10000 ** (-torch.arange(0, D, 2) / D)).to(x.dtype)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack((a * theta.cos() - b * theta.sin(), a * theta.sin() + b * theta.cos()), -1).flatten(-2)
 
@@ -421,7 +421,7 @@ def rope_where_and_roll(x, positions=None):
     L, D = x.shape[-2:]
     pos = torch.arange(L) if positions is None else positions
     column = torch.arange(D)
-    theta = pos[:, None] * 10000 ** (-(column - column % 2) / D)
+    theta = (pos[:, None] * 10000 ** (-(column - column % 2) / D)).to(x.dtype)
     rotated = torch.where(column % 2 == 0, -x.roll(-1, dims=-1), x.roll(1, dims=-1))
     return x * theta.cos() + rotated * theta.sin()
 

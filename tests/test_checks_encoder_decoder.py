@@ -37,7 +37,7 @@ def attention_einsum(query, kv, p, num_heads, mask=None):
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(d_k)
     if mask is not None:
         scores = torch.where(mask, scores, torch.tensor(float("-inf")))
-    out = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v)
+    out = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).nan_to_num(0.0), v)  # no visible key: zeros
     return out.transpose(1, 2).reshape(batch, lq, d_model) @ p["w_o"].T + p["b_o"]
 
 
@@ -52,7 +52,7 @@ def attention_head_loop(query, kv, p, num_heads, mask=None):
         scores = q[..., cols] @ k[..., cols].transpose(-2, -1) / d_k ** 0.5     # (B, Lq, Lk)
         if mask is not None:
             scores = scores.masked_fill(~mask[:, 0], float("-inf"))
-        outputs.append(torch.softmax(scores, dim=-1) @ v[..., cols])
+        outputs.append(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v[..., cols])  # no visible key: zeros
     return F.linear(torch.cat(outputs, dim=-1), p["w_o"], p["b_o"])
 
 

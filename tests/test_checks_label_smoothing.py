@@ -131,7 +131,7 @@ def fairseq_port(logits, labels, smoothing, ignore_index=-100):
 def label_left_out(logits, labels, smoothing, ignore_index=-100):
     log_p, kept = _log_p_and_kept(logits, labels, ignore_index)
     one_hot = F.one_hot(labels * kept, logits.size(-1)).bool()
-    target = torch.where(one_hot, 1 - smoothing, smoothing / logits.size(-1))
+    target = torch.where(one_hot, 1 - smoothing, smoothing / logits.size(-1)).to(log_p.dtype)
     return (-(target * log_p).sum(-1))[kept].mean()
 
 

@@ -56,7 +56,7 @@ def attention_head_loop(h, p, num_heads, mask):
         cols = slice(head * d_k, (head + 1) * d_k)
         scores = q[..., cols] @ k[..., cols].transpose(-2, -1) / math.sqrt(d_k)
         scores = scores.masked_fill(~mask, float("-inf"))
-        outputs.append(scores.softmax(dim=-1) @ v[..., cols])
+        outputs.append(scores.softmax(dim=-1).nan_to_num(0.0) @ v[..., cols])  # no visible key: zeros
     return torch.cat(outputs, dim=-1) @ p["w_o"].T + p["b_o"]
 
 

@@ -327,7 +327,7 @@ WRONG = [
     ("linear", squeezed_linear, "= 1"), ("multi_head_attention", squeezed_mha, "= 1"),
     ("decoder_layer", squeezed_decoder_layer, "= 1"),
     ("forward", squeezed_forward, "= 1"),
-    ("causal_mask", causal_mask_from_a_buffer, f"L = {LONG}"),
+    ("causal_mask", causal_mask_from_a_buffer, "the first output overwritten"),  # a view of the buffer
     ("broadcast_shape", broadcast_with_is, "sizes past 256"),
     ("scaled_dot_product_attention", attention_mask_always_4d, "without the H axis"),
     ("residual_sublayer", residual_on_flattened_tokens, "mixing tokens"),
@@ -441,7 +441,7 @@ def test_every_variation_of_a_contract_is_one_the_reference_accepts_and_passes(n
     labels = [case.label for case in derived]
     base = exercise.make_cases()[exercise.contract.base]
     if any(isinstance(v, (torch.Tensor, dict, list)) for v in (*base.args, *base.kwargs.values())):
-        assert any(label.startswith("called again") for label in labels), labels
+        assert any(label.startswith("called") for label in labels), labels  # again, or twice
     if exercise.contract.float64 and any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in base.args):
         assert "float64 inputs: the output follows" in labels
     assert check(name, exercise.reference)

@@ -161,7 +161,10 @@ def label_smoothing_from_torch(logits, labels, smoothing, ignore_index=-100):
     ("label_smoothed_cross_entropy", label_smoothing_from_torch, "torch.nn.functional.cross_entropy"),
 ], ids=["F.scaled_dot_product_attention", "F.layer_norm", "F.cross_entropy"])
 def test_pytorchs_own_version_fails_and_is_named(name, answer, called):
-    assert_flagged(check(name, answer), f"`{called}`, PyTorch's own version")
+    # Scores near 1e5 (the case that shows a fill of -1e4) leave float32 a few thousandths: the fused
+    # kernel's gradients then differ from the reference's, and the check fails it for them first.
+    cases = [c for c in REGISTRY[name].cases() if "times 100000" not in c.label]
+    assert_flagged(check(name, answer, cases), f"`{called}`, PyTorch's own version")
 
 
 def test_pytorchs_builtin_handed_in_directly_fails():

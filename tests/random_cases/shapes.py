@@ -9,7 +9,7 @@ from tfmlib.exercises.shapes import _clashes, _fits
 
 
 def _random_cases(seed: int) -> list[Case]:
-    """Pairs that broadcast and pairs that clash, 0 to 4 axes with sizes 0 to 9: a result
+    """Pairs that broadcast and pairs that clash, 0 to 6 axes with sizes 0 to 9: a result
     shape, of which each side keeps the last axes and turns some sizes into 1; a clash gives
     one or two aligned pairs of sizes two different values, neither 1."""
     rng = random.Random(100 + seed)
@@ -24,10 +24,10 @@ def _random_cases(seed: int) -> list[Case]:
 
     cases = []
     for _ in range(6):
-        a, b = pair(rng.randint(0, 4), least=0)
+        a, b = pair(rng.randint(0, 6), least=0)
         cases.append(_fits(tuple(a), tuple(b), "a random pair that broadcasts"))
     for _ in range(6):
-        a, b = pair(rng.randint(1, 4), least=1)
+        a, b = pair(rng.randint(1, 6), least=1)
         shared = min(len(a), len(b))
         for axis in rng.sample(range(1, shared + 1), rng.randint(1, min(2, shared))):
             a[-axis], b[-axis] = rng.sample((0, 2, 3, 4, 5, 6, 8), 2)

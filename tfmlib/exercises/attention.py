@@ -116,6 +116,10 @@ def _d_k_from_queries_length(query, key, value, mask=None):
     return _scaled(lambda d_k: 1 / math.sqrt(query.size(-2)))(query, key, value, mask)
 
 
+def _d_k_from_axis_1(query, key, value, mask=None):  # Lq for 3-D input, the heads for 4-D
+    return _scaled(lambda d_k: 1 / math.sqrt(query.size(1)))(query, key, value, mask)
+
+
 def _d_k_from_values(query, key, value, mask=None):
     return _scaled(lambda d_k: 1 / math.sqrt(value.size(-1)))(query, key, value, mask)
 
@@ -126,7 +130,7 @@ register(Exercise(
         axes={"B": {"query": (0,), "key": (0,), "value": (0,), "mask": (0,)},
               "H": {"query": (1,), "key": (1,), "value": (1,), "mask": (1,)},
               "Lq": {"query": (-2,), "mask": (-2,)}, "Lk": {"key": (-2,), "value": (-2,), "mask": (-1,)}},
-        drop=("H",), scales={"query": (100.0,)}, base=3),
+        drop=("H",), scales={"query": (100.0, 1e5)}, base=3),  # scores far below a fill of -1e4
     reference=scaled_dot_product_attention,
     make_cases=_cases,
     gradients=True,
@@ -179,7 +183,7 @@ register(Exercise(
                 _mask_inverted(True), also=(_mask_inverted(False),)),
         Mistake("d_k read from the wrong axis",
                 "d_k is the size of the last axis of query (or key): query.size(-1)",
-                _d_k_from_keys_length, also=(_d_k_from_queries_length,)),
+                _d_k_from_keys_length, also=(_d_k_from_queries_length, _d_k_from_axis_1)),
         Mistake("scores scaled by sqrt(d_v) instead of sqrt(d_k)",
                 "the paper has d_k = d_v = 64, so the two agree there; the scale belongs to the dot "
                 "products' width, query.size(-1), not value.size(-1)",

@@ -32,14 +32,17 @@ hard-coded for d_model 8 or 512): matching any of them names the mistake.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import dataclasses
 import difflib
 import html
 import inspect
+import numbers
 import os
 import re
 import textwrap
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +74,9 @@ class Case:
     raises: type[BaseException] | None = None
     omit_defaults: bool = False
     nudge: bool = False
+    # Called on `first` before, whose output is then overwritten and whose tensors get this
+    # case's values in place: the call judged gets the same objects, as a training loop's.
+    first: Case | None = None
 
 
 class Finding(str):
@@ -122,6 +128,7 @@ class Contract:
     values: dict = field(default_factory=dict)
     float64: bool = True
     base: int = 0
+    text: tuple[str, ...] = ()  # text or id arguments also given as learners type them (_TYPED)
 
 
 @dataclass
@@ -162,12 +169,16 @@ class Exercise:
         """Run `fn` on a private copy of `case`; report its output, the arguments it
         changed, and (for `gradients` exercises) the gradients reaching the inputs."""
         before = _to_float64(case) if float64 else case
+        start = before.first or before
         # deepcopy, with each tensor copied by clone (keeps its strides; Tensor.__deepcopy__ is
         # a quarter of a heavy exercise's check); the memo keeps one tensor passed twice one.
-        working = copy.deepcopy(before, {id(t): t.detach().clone().requires_grad_(t.requires_grad)
-                                         for t in _tensors_in((before.args, before.kwargs)) if t.is_leaf})
-        leaves = _track_gradients(working, _argument_names(self, case)) if self.gradients else {}
+        working = copy.deepcopy(start, {id(t): t.detach().clone().requires_grad_(t.requires_grad)
+                                        for t in _tensors_in((start.args, start.kwargs)) if t.is_leaf})
         call = _without_defaults(fn, self.reference) if case.omit_defaults and callable(fn) else fn
+        if before.first is not None:
+            _in_place_between_calls(self._call(call, working), working, before)
+        leaves = _track_gradients(working, _argument_names(self, case)) \
+            if self.gradients and before.first is None else {}
         value = self._call(call, working)
         changed = tuple(path for name, old, new in _named_arguments(self, before, working)
                         if name not in self.updates for path in _changes(name, old, new))
@@ -263,13 +274,13 @@ def _map_tensors(value, fn):
         return type(value)((k, _map_tensors(v, fn)) for k, v in value.items())
     if isinstance(value, Case):
         return dataclasses.replace(value, args=_map_tensors(value.args, fn),
-                                   kwargs=_map_tensors(value.kwargs, fn))
+                                   kwargs=_map_tensors(value.kwargs, fn), first=_map_tensors(value.first, fn))
     return value
 
 
-def _to_float64(value):
+def _to_float64(value, dtype=torch.float64):
     """A copy of `value` with every floating-point tensor in it, at any depth, made float64."""
-    return _map_tensors(value, lambda t: t.detach().double().requires_grad_(t.requires_grad)
+    return _map_tensors(value, lambda t: t.detach().to(dtype).requires_grad_(t.requires_grad)
                         if t.is_floating_point() else t)  # a leaf, like the input
 
 
@@ -385,8 +396,8 @@ def _tensors_in(value):
 
 
 def _detached(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach()
+    if isinstance(value, torch.Tensor):  # a copy: a later call that writes into it changes no result kept
+        return value.detach().clone()
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields") and any(
             isinstance(v, (torch.Tensor, list, tuple, dict)) for v in value):
         return type(value)(_detached(v) for v in value)
@@ -398,6 +409,7 @@ def _detached(value):
 # ---- the cases derived from a contract -------------------------------------------------------
 
 LONG, WIDE = 65, 257  # past every length (64) and every width (256) that the notebooks use
+FAR = 1025  # past 1024: an answer's 512-row buffer shows
 _PAST = ", past the notebook's sizes"
 
 
@@ -414,6 +426,10 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     if contract.float64 and any(t.is_floating_point() for t in _tensors_in((case.args, case.kwargs))):
         derived.append(dataclasses.replace(_to_float64(case), label="float64 inputs: the output follows",
                                            nudge=exercise.float64_reference))
+        # bfloat16 with the defaults left out: a float32 zero made for a bias not given shows.
+        half = [(case, torch.float16), ((_defaults_left_out(exercise, case, names) or [case])[0], torch.bfloat16)]
+        derived += [dataclasses.replace(_to_float64(c, dtype), label=f"{str(dtype)[6:]} inputs: the output keeps "
+                                        f"their dtype{'' if c is case else '; ' + c.label}") for c, dtype in half]
     # Every axis but the batch cut to 1 in one case (one query), a batch of one with every
     # other axis tiled long in another; one case per axis where the reference rejects them
     # together. Each case costs the learner's wait; the batch is never cut with the others, as
@@ -425,6 +441,19 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
         together = _all_resized(case, names, contract, axes, size) if len(apart) > 1 else None
         derived += [together] if together is not None and _reference_accepts(exercise, together) else apart
     derived += [_resized(case, names, axis, contract.axes[axis], None) for axis in contract.drop]
+    for axis in (a for a in contract.axes if a != "B"):  # past 1024 where that costs under 50 ms: the
+        probe = _resized(case, names, axis, contract.axes[axis], WIDE)  # cost grows at most as length squared
+        if probe is not None and _seconds(exercise, probe) < 0.05 / (FAR / WIDE) ** 2:
+            derived.append(_resized(case, names, axis, contract.axes[axis], FAR))
+    for name in [*names, *case.kwargs]:  # a mask that hides every key, and one that hides none
+        mask = _value_of(case, names, name)
+        if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+            derived += [_with(case, names, name, lambda t, f=f: torch.full_like(t, f), f"`{name}` all {f}")
+                        for f in (False, True)]
+    for name in contract.text:
+        value = _value_of(case, names, name)
+        derived += [_with(case, names, name, lambda v, f=f: _typed(v, f), label) for label, f in _TYPED
+                    if not _same_value(_typed(value, f), value)]
     for name, factors in contract.scales.items():
         derived += [_with(case, names, name, lambda v, f=f: _map_tensors(
             v, lambda t: t * f if t.is_floating_point() else t), f"`{name}` times {f:g}") for f in factors]
@@ -461,8 +490,6 @@ def _called_again(case: Case, names: list[str]) -> list[Case]:
 
     keys = [n for n, v in zip(names, case.args) if _has_tensor(v)] \
         + [k for k, v in case.kwargs.items() if _has_tensor(v)]
-    if not keys:
-        return []
     # With two or more tensors, the two calls below also catch a cache keyed by shape alone.
     # The new values are stored transposed: `.view` on any of them raises where `.reshape`
     # works (no case of its own for the learner to wait for).
@@ -471,12 +498,51 @@ def _called_again(case: Case, names: list[str]) -> list[Case]:
     def changed(value):
         return _map_tensors(other(value), _transposed_view)
 
-    if len(keys) == 1:
-        return [dataclasses.replace(changed(case), label=f"called again: same shapes, other values{stored}")]
-    rest = case
-    for key in keys[1:]:
-        rest = _with(rest, names, key, changed, f"called again: all but `{keys[0]}` changed{stored}")
-    return [_with(case, names, keys[0], changed, f"called again: only `{keys[0]}` changed{stored}"), rest]
+    if len(keys) < 2:
+        again = [dataclasses.replace(changed(case), label=f"called again: same shapes, other values{stored}")] * len(keys)
+    else:
+        rest = case
+        for key in keys[1:]:
+            rest = _with(rest, names, key, changed, f"called again: all but `{keys[0]}` changed{stored}")
+        again = [_with(case, names, keys[0], changed, f"called again: only `{keys[0]}` changed{stored}"), rest]
+    # Then twice on the very same arguments, the first output overwritten and the tensors' values
+    # changed in place in between (as an optimizer does): a result kept by `id`, or an output
+    # that is a view of a buffer of the answer's own, shows.
+    return again + [dataclasses.replace(other(case), first=case, label="called twice on the same arguments, "
+                                        "the first output overwritten and the values changed in place in between")]
+
+
+def _in_place_between_calls(output, working: Case, new: Case) -> None:
+    """What a caller does between two calls (Case.first): reuse the first output's memory, and
+    write the next values into the same argument tensors."""
+    for t in _tensors_in(output):
+        with contextlib.suppress(RuntimeError):  # an expanded view cannot be written
+            t.detach().fill_(float("nan") if t.is_floating_point() else 1)
+    with torch.no_grad():
+        for old, value in zip(_tensors_in((working.args, working.kwargs)), _tensors_in((new.args, new.kwargs))):
+            old.copy_(value)
+
+
+def _seconds(exercise: Exercise, case: Case) -> float:
+    """How long the reference takes on `case`, in this thread's CPU time (the same on a busy machine)."""
+    start = time.thread_time()
+    _run_safely(exercise, exercise.reference, case)
+    return time.thread_time() - start
+
+
+# Text as learners type it: whitespace of every kind, punctuation stuck to every word; and
+# (None) the whole text, list or id sequence given twice, so that specials such as <eos> repeat.
+_TYPED = (("typed with tabs, newlines and double spaces", lambda s: "\t" + s.replace(" ", "  \n\t") + "\n"),
+          ("punctuation stuck to every word", lambda s: re.sub(r"(\S+)", r"\1,", s)),
+          ("given twice in a row (its specials repeated)", None))
+
+
+def _typed(value, how):
+    if how is None:
+        return torch.cat([value, value]) if isinstance(value, torch.Tensor) \
+            else value + " " + value if isinstance(value, str) else value + value
+    return how(value) if isinstance(value, str) else [_typed(v, how) for v in value] \
+        if isinstance(value, list) else value
 
 
 def _has_tensor(value) -> bool:
@@ -544,6 +610,8 @@ def _defaults_left_out(exercise: Exercise, case: Case, names: list[str]) -> list
 
 def _transposed_view(t: torch.Tensor) -> torch.Tensor:
     """The same values, stored transposed: `.view` on it raises where `.reshape` works."""
+    if t.dim() >= 4 and min(t.shape[1:3]) > 1:  # (B, H, L, d) as split_heads gives it: heads not merged by .view
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
     return t.mT.contiguous().mT if t.dim() >= 2 and min(t.shape[-2:]) > 1 else t
 
 
@@ -807,8 +875,10 @@ def _behaves_like(exercise: Exercise, variant, cases, expected, actual, lenient=
                 outcome, wrong, reference, both = _where_both_are_finite(outcome, wrong, reference)
                 if any(isinstance(o.gradients, str) and o.gradients.startswith(_AUTOGRAD_FAILED)
                        for o in (outcome, wrong)):
-                    # autograd could not go back through one of them (an in-place step): undefined
-                    outcome, wrong = (dataclasses.replace(o, gradients=None) for o in (outcome, wrong))
+                    # autograd could not go back through one of them (an in-place step): undefined, for
+                    # the reference too (its gradients are no wrong value that the two share)
+                    outcome, wrong, reference = (dataclasses.replace(o, gradients=None) if isinstance(o, _Outcome)
+                                                 else o for o in (outcome, wrong, reference))
             else:
                 both = False
             outcome, wrong = (dataclasses.replace(o, moved=None) for o in (outcome, wrong))
@@ -1032,8 +1102,8 @@ def _compare_values(expected, actual, exercise: Exercise, path: str = "output") 
             if problem is not None:
                 return problem
         return None
-    if type(actual) is not type(expected) and not (isinstance(expected, float)
-                                                   and isinstance(actual, (int, float))):
+    if type(actual) is not type(expected) and not (isinstance(expected, float) and isinstance(actual, (int, float))
+                                                   or type(expected) is int and isinstance(actual, numbers.Integral)):
         return (f"{path}: expected {_a(type(expected).__name__)}, "
                 f"got {type(actual).__name__} ({_short(actual)})")
     if isinstance(expected, float):
@@ -1087,6 +1157,8 @@ def _compare_tensors(expected, actual, exercise: Exercise, path: str) -> str | N
                 f"first at index {where}: expected {expected[where].item()}, got {actual[where].item()}")
     if actual.numel() == 0:
         return None
+    # Half precision: a few of the dtype's steps, of the value and of the largest (at least 1).
+    half = 4 * torch.finfo(expected.dtype).eps if expected.dtype in (torch.float16, torch.bfloat16) else 0.0
     actual, expected = actual.detach().double(), expected.detach().double()
     if torch.isnan(actual).any() and not torch.isnan(expected).any():
         where = tuple(torch.isnan(actual).nonzero()[0].tolist())
@@ -1094,7 +1166,7 @@ def _compare_tensors(expected, actual, exercise: Exercise, path: str) -> str | N
         return f"{path}: contains NaN (first at index {where}) where the reference has none{hint}"
     # The allowed error: the usual tolerances, widened by twice what the reference itself
     # is off from float64, so that both it and a more accurate answer pass.
-    allowed = exercise.atol + exercise.rtol * expected.abs() + 2 * slack
+    allowed = exercise.atol + (exercise.rtol + half) * expected.abs() + 2 * slack + half * max(1.0, _largest(expected))
     error = (actual - expected).abs()
     same = (error <= allowed) | (actual == expected) | (torch.isnan(actual) & torch.isnan(expected))
     if bool(same.all()):

@@ -76,6 +76,8 @@ def _cases() -> list[Case]:
         _clashes((2, 5, 3), (5, 2), "a clash on the last axis of a 3-D shape"),
         _clashes((6, 9, 8), (7, 8), "sizes 9 and 7 on axis -2"),
         _clashes((0,), (2,), "size 0 against size 2: a clash, 0 is not 1"),
+        _fits((2, 1, 3, 1, 5, 1), (4, 1, 1, 5, 6), "6 axes against 5"),
+        _clashes((3, 1, 1, 1, 1, 2), (2, 1, 1, 1, 1, 1), "6 axes, sizes 3 and 2 on axis -6"),
     ]
 
 

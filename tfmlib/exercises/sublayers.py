@@ -14,9 +14,12 @@ output divided by x).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
+from ..multihead import init_mha_params, multi_head_attention
 from ..sublayers import dropout, feed_forward, layer_norm, residual_sublayer
 from .core import Case, Contract, Exercise, Mistake, register
 from .multihead import _linear_untransposed
@@ -93,7 +96,18 @@ register(Exercise(
 
 # ---- dropout ----------------------------------------------------------------------------------
 
-_FRACTION_TOLERANCE = 0.04  # >= 6 standard deviations of the fraction on tensors of >= 6000 entries
+# Each count judged below leaves its range with probability under 1e-8; a check judges fewer
+# than 100 counts, so a correct answer fails with probability under 1e-6.
+_TAIL, _CALLS = 5e-9, 300
+
+
+@functools.lru_cache(maxsize=None)
+def _binomial_range(n: int, p: float) -> tuple[int, int]:
+    """The counts of Binomial(n, p) that leave out under _TAIL on each side."""
+    pmf = torch.distributions.Binomial(n, torch.tensor(p, dtype=torch.float64)).log_prob(
+        torch.arange(n + 1, dtype=torch.float64)).exp()
+    cdf = pmf.cumsum(0)
+    return int((cdf < _TAIL).sum()), n - int((pmf.flip(0).cumsum(0) < _TAIL).sum())
 
 
 def _away_from_zero(shape, g: torch.Generator) -> torch.Tensor:
@@ -115,16 +129,29 @@ def _dropout_cases() -> list[Case]:
 
 
 def _fraction_zeroed(dropped: torch.Tensor, p: float) -> str:
-    fraction = dropped.float().mean().item()
-    if fraction == 0.0:
-        return "none"
-    if fraction == 1.0:
-        return "all"
-    if abs(fraction - p) < _FRACTION_TOLERANCE:
-        return "about p"
-    if abs(fraction - (1 - p)) < _FRACTION_TOLERANCE:
-        return "about 1 - p"
+    count, n = int(dropped.sum()), dropped.numel()
+    if count in (0, n):
+        return "none" if count == 0 else "all"
+    for label, q in (("about p", p), ("about 1 - p", 1 - p)):
+        low, high = _binomial_range(n, q)
+        if low <= count <= high:
+            return label
     return "neither p nor 1 - p"
+
+
+def _drops_over_calls(fn, x: torch.Tensor, p: float, training: bool) -> str:
+    """The law of the drops, over _CALLS calls on two entries of x: each entry dropped a
+    Binomial(_CALLS, p) number of times, both together Binomial(_CALLS, p * p) (independent
+    draws). A dropout that drops exactly round(p * n) entries of each call fails it."""
+    if not training or not 0 < p < 1 or x.numel() < 2:
+        return "n/a"
+    pair = x.reshape(-1)[:2].reshape(*[1] * (x.dim() - 1), 2)  # x's number of axes
+    drops = torch.stack([fn(pair.clone(), p, training).detach().reshape(2) == 0 for _ in range(_CALLS)])
+    law = all(low <= int(count.sum()) <= high for count, (low, high) in (
+        (drops[:, 0], _binomial_range(_CALLS, p)), (drops[:, 1], _binomial_range(_CALLS, p)),
+        (drops.all(1), _binomial_range(_CALLS, p * p))))
+    return "as independent draws with probability p" if law else \
+        f"not as independent draws with probability p (the drops of two entries over {_CALLS} calls)"
 
 
 def _kept_scale(x: torch.Tensor, y: torch.Tensor, kept: torch.Tensor):
@@ -194,7 +221,7 @@ def _dropout_facts(fn, case: Case):
     facts = {"what it returns": _what_it_returns(x, y)}
     keys = ("contains NaN", "returns x unchanged", "one mask repeated along an axis",
             "fraction zeroed", "kept entries scaled by", "gradient reaching x",
-            "a new mask on each call")
+            "a new mask on each call", "drops over many calls")
     if facts["what it returns"] != _LIKE_X:
         facts.update({key: "n/a" for key in keys})
         return facts
@@ -208,6 +235,7 @@ def _dropout_facts(fn, case: Case):
     facts[keys[4]] = _kept_scale(original, y, ~dropped)
     facts[keys[5]] = _gradient_reaching_x(fn, original, p, training)
     facts[keys[6]] = _new_mask_each_call(fn, original, p, training, dropped)
+    facts[keys[7]] = _drops_over_calls(fn, original, p, training)
     return facts
 
 
@@ -239,6 +267,15 @@ def _reseeding_dropout(x, p, training=True):
     return x * (torch.rand(x.shape) >= p) / (1 - p)
 
 
+_MASKS: dict = {}  # the one mask per shape of _dropout_mask_kept_per_shape, drawn for the p of its first call
+
+
+def _dropout_mask_kept_per_shape(x, p, training=True):
+    if not training or p == 0.0:
+        return x
+    return x * _MASKS.setdefault(x.shape, torch.rand(x.shape) >= p) / (1 - p)
+
+
 def _dropout_by_p(x, p, training=True):
     if not training:
         return x
@@ -262,7 +299,7 @@ def _dropout_in_place(x, p, training=True):
 
 register(Exercise(
     name="dropout",
-    contract=Contract(values={"p": (1.0,)}),
+    contract=Contract(values={"p": (1.0, 0.00123)}),  # p off any grid (randint(0, 100) < 100 * p)
     reference=dropout,
     make_cases=_dropout_cases,
     run=_dropout_facts,
@@ -292,7 +329,7 @@ register(Exercise(
                 "draw a new mask on every call: no torch.manual_seed inside dropout (it also resets "
                 "the caller's random numbers) and no mask kept from an earlier call, e.g. one per "
                 "shape; otherwise every layer and every step drops the same entries",
-                _reseeding_dropout),
+                _reseeding_dropout, also=(_dropout_mask_kept_per_shape,)),
         Mistake("non-inverted dropout (the 2014 paper): scaled by 1 - p at evaluation",
                 "the 2014 paper multiplies by 1 - p at test time; inverted dropout (nn.Dropout, this "
                 "course) divides the survivors by 1 - p in training, so evaluation returns x as it is",
@@ -331,8 +368,8 @@ def _layer_norm_cases() -> list[Case]:
             _norm_case("one vector: x (9,), no batch or sequence axis", (9,), 1.0, 0.0, 1e-5, g)]
 
 
-def _layer_norm_variant(dims=-1, unbiased=False, keepdim=True, denominator=None, affine="normal"):
-    def variant(x, gamma, beta, eps=1e-5):
+def _layer_norm_variant(dims=-1, unbiased=False, keepdim=True, denominator=None, affine="normal", default=1e-5):
+    def variant(x, gamma, beta, eps=default):
         mean = x.mean(dim=dims, keepdim=keepdim)
         variance = x.var(dim=dims, keepdim=keepdim, unbiased=unbiased)
         std = denominator(variance, eps) if denominator else torch.sqrt(variance + eps)
@@ -346,7 +383,7 @@ def _layer_norm_variant(dims=-1, unbiased=False, keepdim=True, denominator=None,
 
 
 def _layer_norm_annotated(x, gamma, beta, eps=1e-5):
-    """The Annotated Transformer's LayerNorm: a_2 * (x - mean) / (std + eps) + b_2."""
+    """The Annotated Transformer's LayerNorm: a_2 * (x - mean) / (std + eps) + b_2 (its own eps is 1e-6)."""
     mean = x.mean(dim=-1, keepdim=True)
     return gamma * (x - mean) / (x.std(dim=-1, keepdim=True) + eps) + beta
 
@@ -383,7 +420,10 @@ register(Exercise(
         Mistake("x.std() + eps, as in The Annotated Transformer",
                 "The Annotated Transformer divides by x.std(-1) + eps (D - 1, eps outside the root); "
                 "nn.LayerNorm and this course divide by torch.sqrt(x.var(-1, unbiased=False) + eps)",
-                _layer_norm_annotated),
+                _layer_norm_annotated, also=(lambda x, g, b, eps=1e-6: _layer_norm_annotated(x, g, b, eps),)),
+        Mistake("eps defaults to 1e-6 (The Annotated Transformer's), not nn.LayerNorm's 1e-5",
+                "the signature's default is eps=1e-5, as in nn.LayerNorm; The Annotated Transformer uses 1e-6",
+                _layer_norm_variant(default=1e-6)),
         Mistake("normalised over the sequence axis (dim=1)",
                 "each token is normalised over its own features: mean and variance over dim=-1",
                 _layer_norm_variant(dims=1)),
@@ -438,6 +478,22 @@ class _TokenMixing:
         return "sublayer mixing tokens (B, L, D) -> (B, L, D)"
 
 
+class _MaskedSelfAttention:
+    """The notebook's attention sublayer, multi-head self-attention with a padding mask
+    (B, 1, 1, L) made for the whole batch (lengths L, L - 1, ...): a residual that calls it one
+    sentence at a time gets another answer from it, or an error."""
+
+    def __init__(self, batch: int, length: int, d_model: int):
+        self.params = init_mha_params(d_model, torch.Generator().manual_seed(74))
+        self.mask = (torch.arange(length) < torch.arange(length, length - batch, -1)[:, None])[:, None, None, :]
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return multi_head_attention(h, h, h, _as(h.dtype, self.params), 2, self.mask)[0]
+
+    def __repr__(self) -> str:
+        return "self-attention sublayer with a padding mask (B, 1, 1, L)"
+
+
 def _residual_case(label, shape, norm_first, g, spread=1.5, offset=0.5, update=1.0,
                    dtype=torch.float32):
     """norm_first=None leaves it at the function's default (Post-LN)."""
@@ -487,7 +543,7 @@ def _residual_in_place(x, sublayer, norm, norm_first=False):
 register(Exercise(
     name="residual_sublayer",
     contract=Contract(axes={"B": {"x": (0,)}, "L": {"x": (1,)}},
-                                          values={"sublayer": (_TokenMixing(),)}, base=1),
+                                          values={"sublayer": (_TokenMixing(), _MaskedSelfAttention(3, 4, 8))}, base=1),
     reference=residual_sublayer,
     make_cases=_residual_cases,
     gradients=True,

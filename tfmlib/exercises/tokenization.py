@@ -5,7 +5,7 @@ import torch
 
 from .. import tokenization as tok
 from ..tokenization import BOS, EOS, PAD, SPECIALS, UNK, build_vocab, decode, encode, pad_batch
-from .core import Case, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, register
 
 CORPUS = ["the cat sat on the mat", "a dog sat"]
 # pad 0, bos 1, eos 2, unk 3, the 4, cat 5, sat 6, on 7, mat 8, a 9, dog 10
@@ -134,6 +134,7 @@ def _lowercased(sentences, specials=SPECIALS):
 
 register(Exercise(
     name="build_vocab",
+    contract=Contract(text=("sentences",)),
     reference=build_vocab,
     make_cases=lambda: _vocab_cases() + _tricky_cases("build_vocab"),
     solution_sources=(tok.tokenize, build_vocab),
@@ -213,6 +214,7 @@ def _added_to_vocab(vocab, token):
 
 register(Exercise(
     name="encode",
+    contract=Contract(text=("sentence",), base=1),
     reference=encode,
     make_cases=lambda: _encode_cases() + _tricky_cases("encode"),
     solution_sources=(tok.tokenize, tok._special_id, encode),
@@ -296,6 +298,7 @@ def _decoder(*, stop_at_eos=True, skip=SPECIALS, flag=True, tolist=True, invert=
 
 register(Exercise(
     name="decode",
+    contract=Contract(text=("ids",)),
     reference=decode,
     make_cases=lambda: _decode_cases() + _tricky_cases("decode"),
     solution_sources=(tok.invert_vocab, decode),

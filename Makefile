@@ -12,6 +12,8 @@
 #   make gallery    every figure and a few states of every widget on one page, linted (build/gallery/)
 #   make notebook-times  time each notebook headless and the total (NB="05 09" for some)
 #   make mutants    mutation test of the exercise checks; writes benchmarks/MUTANTS.md
+#   make sweep      train notebook 10's run, its lab and b1/b2's model on 24 seeds x 2 kernel settings:
+#                   tfmlib/data/sweep.json, the numbers the claims rest on (hours on 2 cores; not in make test)
 #   make execute    re-execute every notebook in place to refresh its stored outputs
 #   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt)
 #   make nbgrader-course  write the nbgrader course of the ten notebooks to nbgrader-course/
@@ -94,7 +96,7 @@ TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench gallery notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants execute chromium teacher nbgrader-course hub hub-test hub-load clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -185,6 +187,11 @@ notebook-times: install
 
 mutants: install
 	$(TEST_ENV) $(PY) -W ignore tests/mutants.py
+
+# The seed sweep (tools/sweep.py): 2 processes, each run a fresh one on one thread. Resumes from
+# build/sweep/runs.jsonl; delete that file to start afresh.
+sweep: install
+	$(TEST_ENV) $(PY) tools/sweep.py --workers 2
 
 # Same environment as the tests, so that the refreshed outputs are the ones
 # nbval will compare against.

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+from .experiments import summary
+
 
 class ClaimFailed(AssertionError):
     """A claim of the course did not hold on this machine."""
@@ -42,6 +44,32 @@ def first_step_reaching(history: dict, threshold: float) -> int | None:
     """The first evaluation step whose held-out exact match is at least `threshold`, or None."""
     return next((step for step, match in zip(history["eval_step"], history["exact_match"])
                  if match >= threshold), None)
+
+
+def _blocks(values, size: int) -> list[float]:
+    """The mean of each block of `size` consecutive values (one step's loss is noisy)."""
+    return [_mean(values[i:i + size]) for i in range(0, len(values), size)]
+
+
+# ---- the numbers of one run: what the sweep stores and a notebook compares ----------------------
+
+def reverse_numbers(history: dict) -> dict:
+    """Notebook 10, section 5: `train`'s history -> the numbers its claims rest on."""
+    loss = history["loss"]
+    return {"loss_first": loss[0], "loss_steps_16_25": _mean(loss[15:25]), "loss_last": loss[-1],
+            "loss_by_50_steps": _blocks(loss, 50), "exact_match": list(history["exact_match"]),
+            "first_step_99": first_step_reaching(history, 0.99)}
+
+
+def lab_numbers(record: dict) -> dict:
+    """Notebook 10, section 9: one experiment's record -> the numbers its claims rest on."""
+    return {**summary(record), "exact_match_curve": list(record["exact_match"]),
+            "loss_by_10_steps": _blocks(record["loss"], 10)}
+
+
+def count_words(texts) -> int:
+    """How many words `count_non_words` looks at in `texts`."""
+    return sum(1 for text in texts for word in text.replace(".", " ").split(" ")[1:-1] if word)
 
 
 # ---- notebook 10: the reverse task --------------------------------------------------------------

@@ -42,6 +42,19 @@ SETTINGS = {"native": {}, "emulated": {"ATEN_CPU_CAPABILITY": "default", "MKL_CB
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+def _order(seeds: list[int], sweep_seeds: int) -> list[int]:
+    """The seeds in the order they are trained: a held-back seed after every few sweep seeds, so
+    that a sweep stopped early (and written with --write-only) still has some of each."""
+    sweep, held_back = seeds[:sweep_seeds], seeds[sweep_seeds:]
+    every = max(1, len(sweep) // max(1, len(held_back)))
+    order = []
+    for i, seed in enumerate(sweep):
+        order.append(seed)
+        if (i + 1) % every == 0 and held_back:
+            order.append(held_back.pop(0))
+    return order + held_back
+
+
 def _environment(setting: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "TFMLIB_RUN_CACHE")}
@@ -99,6 +112,8 @@ def main(argv=None) -> None:
     parser.add_argument("--held-back", type=int, default=4, help="the next seeds, only counted")
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--write-only", action="store_true",
+                        help="train nothing: write the JSON from the runs finished so far")
     args = parser.parse_args(argv)
     seeds = list(range(args.seeds + args.held_back))
     done = {}
@@ -106,8 +121,8 @@ def main(argv=None) -> None:
         for line in PROGRESS.read_text().splitlines():
             run = json.loads(line)
             done[run["part"], run["seed"], run["setting"]] = run
-    jobs = [(part, seed, setting) for setting in args.settings for seed in seeds for part in args.parts
-            if (part, seed, setting) not in done]
+    jobs = [(part, seed, setting) for seed in _order(seeds, args.seeds) for setting in args.settings
+            for part in args.parts if (part, seed, setting) not in done and not args.write_only]
     print(f"{len(done)} runs kept from {PROGRESS.relative_to(ROOT)}; {len(jobs)} to train", flush=True)
     PROGRESS.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -118,25 +133,34 @@ def main(argv=None) -> None:
             done[run["part"], run["seed"], run["setting"]] = run
             print(f"{run['part']:15} seed {run['seed']:2} {run['setting']:9} {run['seconds']:6.1f} s"
                   f"   ({time.perf_counter() - started:6.0f} s so far)", flush=True)
-    wall = time.perf_counter() - started
-    runs = {part: {setting: {str(seed): _rounded(done[part, seed, setting]["numbers"]) for seed in seeds}
-                   for setting in args.settings} for part in args.parts}
+    write(done, seeds, args, None if args.write_only else time.perf_counter() - started)
+
+
+def write(done: dict, seeds: list[int], args, wall: float | None) -> None:
+    """The sweep's JSON from the finished runs: for each setting, the seeds whose every part is done
+    (an interrupted sweep, written with --write-only, says how many it has)."""
+    complete = {setting: [s for s in seeds if all((part, s, setting) in done for part in args.parts)]
+                for setting in args.settings}
+    runs = {part: {setting: {str(seed): _rounded(done[part, seed, setting]["numbers"])
+                             for seed in complete[setting]} for setting in args.settings}
+            for part in args.parts}
     cpu_seconds = sum(run["seconds"] for run in done.values())
-    sweep = {"command": "python tools/sweep.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    sweep = {"command": "python tools/sweep.py " + " ".join(sys.argv[1:]),
              "commit": _commit(), "date": datetime.date.today().isoformat(), "cpu": _cpu_model(),
              "torch": __import__("torch").__version__, "threads": 1,
              "settings": {name: {"env": env, "capability": _capability(name)} for name, env in SETTINGS.items()
                           if name in args.settings},
-             "seeds": seeds[:args.seeds], "held_back_seeds": seeds[args.seeds:],
+             "seeds": [s for s in seeds[:args.seeds] if any(s in c for c in complete.values())],
+             "held_back_seeds": [s for s in seeds[args.seeds:] if any(s in c for c in complete.values())],
              "run_seconds": round(cpu_seconds), "runs": runs}
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)
     OUTPUT.write_text(json.dumps(sweep, separators=(",", ":")) + "\n")
-    line = (f"| {sweep['date']} | {sweep['cpu']} | {args.workers} | {len(seeds)} x {len(args.settings)} "
-            f"| {wall:.0f} s this call | {cpu_seconds:.0f} s |")
-    with TIMES.open("a") as times:
-        times.write(line + "\n")
-    print(f"wrote {OUTPUT.relative_to(ROOT)}; {line}")
-
+    counts = ", ".join(f"{setting} {len(seeds_done)}" for setting, seeds_done in complete.items())
+    print(f"wrote {OUTPUT.relative_to(ROOT)}: seeds done {counts}; {cpu_seconds:.0f} s of training")
+    if wall is not None:                          # the wall time of this call, in benchmarks/SWEEP.md
+        with TIMES.open("a") as times:
+            times.write(f"| {sweep['date']} | {sweep['cpu']} | {args.workers} | {counts} "
+                        f"| {wall:.0f} s | {cpu_seconds:.0f} s |\n")
 
 if __name__ == "__main__":
     main()

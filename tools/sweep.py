@@ -16,8 +16,10 @@ misses (tfmlib.claims.held_back_report), an estimate of how often a new seed or 
     python tools/sweep.py [--workers 2] [--seeds 20] [--held-back 4] [--parts reverse lab language_model]
 
 Every finished run is appended to build/sweep/runs.jsonl at once, so an interrupted sweep
-resumes where it stopped; the JSON is written at the end, with the command, the commit, the
-CPU, torch's version and the wall time (also appended to benchmarks/SWEEP.md).
+resumes where it stopped (without that file, it keeps the runs of the stored JSON and trains
+only the missing ones: delete both to start afresh, e.g. after a change that moves trained
+results); the JSON is written at the end, with the command, the commit, the CPU, torch's
+version and the wall time (also appended to benchmarks/SWEEP.md).
 """
 from __future__ import annotations
 
@@ -121,6 +123,13 @@ def main(argv=None) -> None:
         for line in PROGRESS.read_text().splitlines():
             run = json.loads(line)
             done[run["part"], run["seed"], run["setting"]] = run
+    elif OUTPUT.exists():                                   # or those of the stored sweep
+        stored = json.loads(OUTPUT.read_text())
+        for part, settings in stored["runs"].items():
+            for setting, runs in settings.items():
+                for seed, numbers in runs.items():
+                    done[part, int(seed), setting] = {"part": part, "seed": int(seed), "setting": setting,
+                                                      "seconds": 0.0, "numbers": numbers}
     jobs = [(part, seed, setting) for seed in _order(seeds, args.seeds) for setting in args.settings
             for part in args.parts if (part, seed, setting) not in done and not args.write_only]
     print(f"{len(done)} runs kept from {PROGRESS.relative_to(ROOT)}; {len(jobs)} to train", flush=True)

@@ -199,3 +199,15 @@ def test_the_language_model_is_trained_with_the_recipe_the_claims_are_tested_on(
     assert _keywords(call) == expected
     config = _calls(notebook, "LMConfig")[0]          # the trained model's (b2 times a wider one later)
     assert _keywords(config) == LM_CONFIG
+
+
+def test_the_claims_top_p_on_stored_logits_is_the_courses_top_p_filter():
+    import torch
+
+    from tfmlib import top_p_filter
+    for run in claims.sweep_runs(SWEEP, "language_model"):
+        for key in ("logits_after_prompt", "logits_after_b"):
+            for temperature, p in [(1.0, 0.5), (1.0, 0.9), (2.0, 0.6)]:
+                logits = torch.tensor(run[key], dtype=torch.float64) / temperature
+                kept = set((top_p_filter(logits, p) > -torch.inf).nonzero().flatten().tolist())
+                assert claims.nucleus(claims._softmax(run[key], temperature), p) == kept

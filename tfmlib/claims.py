@@ -128,9 +128,7 @@ def sweep_runs(sweep: dict, part: str, held_back: bool = False) -> list[dict]:
 
 
 def _describe(sweep: dict, part: str) -> str:
-    settings = [name for name, runs in sweep["runs"][part].items()
-                if any(str(s) in runs for s in sweep["seeds"])]
-    return f"{len(sweep_runs(sweep, part))} runs ({len(sweep['seeds'])} seeds x {' and '.join(settings)} kernels)"
+    return f"the sweep's {len(sweep_runs(sweep, part))} runs"
 
 
 # ---- claims -----------------------------------------------------------------------------------
@@ -150,6 +148,8 @@ class Claim:
     holds: Callable[[dict], bool]
     contradict: Callable[[dict], dict]
     share: tuple[float, float] = (1.0, 1.0)
+    counts: str = ""        # what `holds` counts, where that is not the sentence itself
+
 
     def count(self, runs: list[dict]) -> int:
         return sum(bool(self.holds(run)) for run in runs)
@@ -242,19 +242,19 @@ def _lab_claims() -> dict[str, list[Claim]]:
                   lambda r: _replace(r, ("1 head", "exact_match"), _final(r, "baseline"))),
             Claim("at least twice as many on most runs", "lab",
                   lambda r: _final(r, "baseline") >= 2 * _final(r, "1 head"),
-                  lambda r: _replace(r, ("1 head", "exact_match"), _final(r, "baseline")), MOST),
+                  lambda r: _replace(r, ("1 head", "exact_match"), _final(r, "baseline")), MOST, "four heads at least twice as many right"),
         ],
         "10_training 9.2, 16 heads": [
             Claim("sixteen heads of `d_k = 2` end at a lower loss than four of `d_k = 8` on most runs", "lab",
                   lambda r: lower(r, "16 heads", "baseline"),
-                  lambda r: _replace(r, ("16 heads", "loss"), _loss(r, "baseline") + 1), MOST),
+                  lambda r: _replace(r, ("16 heads", "loss"), _loss(r, "baseline") + 1), MOST, "16 heads at a lower loss"),
         ],
         "10_training 9.3": [
             Claim("Without the scaling it learns more slowly: a higher loss at the end", "lab",
                   lambda r: _loss(r, "no sqrt(d_k)") > _loss(r, "baseline"),
                   lambda r: _replace(r, ("no sqrt(d_k)", "loss"), _loss(r, "baseline") - 0.1)),
             Claim("fewer sequences exactly right on most runs", "lab", lambda r: right(r, "baseline", "no sqrt(d_k)"),
-                  lambda r: _replace(r, ("no sqrt(d_k)", "exact_match"), 1.0), MOST),
+                  lambda r: _replace(r, ("no sqrt(d_k)", "exact_match"), 1.0), MOST, "fewer right without the scaling"),
         ],
         "10_training 9.4": [
             Claim("**Pre-LN** without warm-up brings the loss down faster in the first 20 steps", "lab",
@@ -262,16 +262,16 @@ def _lab_claims() -> dict[str, list[Claim]]:
                   lambda r: _replace(r, ("Pre-LN, no warm-up", "early_loss"), 3.0)),
             Claim("At step 80 it ends at a lower loss on most runs", "lab",
                   lambda r: lower(r, "Pre-LN, no warm-up", "baseline"),
-                  lambda r: _replace(r, ("Pre-LN, no warm-up", "loss"), 3.0), MOST),
+                  lambda r: _replace(r, ("Pre-LN, no warm-up", "loss"), 3.0), MOST, "no warm-up at a lower loss"),
             Claim("yet it answers more sequences exactly on fewer than half of them", "lab",
                   lambda r: right(r, "Pre-LN, no warm-up", "baseline"),
-                  lambda r: _replace(r, ("Pre-LN, no warm-up", "exact_match"), 1.0), FEWER_THAN_HALF),
+                  lambda r: _replace(r, ("Pre-LN, no warm-up", "exact_match"), 1.0), FEWER_THAN_HALF, "no warm-up more right"),
             Claim("**Post-LN** with and without warm-up: no winner in exact answers", "lab",
                   lambda r: right(r, "Post-LN", "Post-LN, no warm-up"),
-                  lambda r: _replace(r, ("Post-LN", "exact_match"), 0.0), NO_WINNER),
+                  lambda r: _replace(r, ("Post-LN", "exact_match"), 0.0), NO_WINNER, "Post-LN with warm-up more right"),
             Claim("Post-LN against Pre-LN, both with warm-up: no winner in exact answers either", "lab",
                   lambda r: right(r, "Post-LN", "baseline"),
-                  lambda r: _replace(r, ("Post-LN", "exact_match"), 0.0), NO_WINNER),
+                  lambda r: _replace(r, ("Post-LN", "exact_match"), 0.0), NO_WINNER, "Post-LN more right than Pre-LN"),
             Claim("no run diverged: in every run of the four, the loss over the last 10 steps is "
                   "less than half the loss over the first 10", "lab",
                   lambda r: all(r[n]["loss_by_10_steps"][-1] < 0.5 * r[n]["loss_by_10_steps"][0]
@@ -291,10 +291,10 @@ def _lab_claims() -> dict[str, list[Claim]]:
                   lambda r: _replace(r, ("label smoothing 0.1", "loss"), 2.0)),
             Claim("In exact answers there is no winner: smoothing is ahead on some runs and behind on others",
                   "lab", lambda r: right(r, "label smoothing 0.1", "baseline"),
-                  lambda r: _replace(r, ("label smoothing 0.1", "exact_match"), 0.0), NO_WINNER),
+                  lambda r: _replace(r, ("label smoothing 0.1", "exact_match"), 0.0), NO_WINNER, "smoothing more right"),
             Claim("often by 5 points or more either way", "lab",
                   lambda r: abs(_final(r, "label smoothing 0.1") - _final(r, "baseline")) >= 0.05 - 1e-9,
-                  lambda r: _replace(r, ("label smoothing 0.1", "exact_match"), _final(r, "baseline")), OFTEN),
+                  lambda r: _replace(r, ("label smoothing 0.1", "exact_match"), _final(r, "baseline")), OFTEN, "5 points or more apart"),
         ],
         "10_training 9.7": [
             Claim("in 80 steps neither model learned to add (at most 5 % of the sums exactly right", "lab",
@@ -314,7 +314,7 @@ def _lab_claims() -> dict[str, list[Claim]]:
                   lambda r: abs(_loss(r, "sum, no positions") - _loss(r, "sum")) < 0.25,
                   lambda r: _replace(r, ("sum, no positions", "loss"), _loss(r, "sum") + 0.5)),
             Claim("it goes down on some runs and up on others", "lab", lambda r: lower(r, "sum, no positions", "sum"),
-                  lambda r: _replace(r, ("sum, no positions", "loss"), _loss(r, "sum") + 0.1), NO_WINNER),
+                  lambda r: _replace(r, ("sum, no positions", "loss"), _loss(r, "sum") + 0.1), NO_WINNER, "a lower loss without positions"),
             Claim("The regressor's MSE does rise", "lab",
                   lambda r: _loss(r, "sum, regressor, no positions") > _loss(r, "sum, regressor"),
                   lambda r: _replace(r, ("sum, regressor, no positions", "loss"), 0.0)),
@@ -366,7 +366,7 @@ def _agreement_claims() -> list[Claim]:
         Claim("the model gives the right continuation more than 0.5 after each of them on most runs",
               "language_model",
               lambda r: min(p if "fox see" in k or "girl like" in k else 1 - p for k, p in r["p_s"].items()) > 0.5,
-              lambda r: _replace(r, ("p_s", "the red fox see"), 0.2), MOST),
+              lambda r: _replace(r, ("p_s", "the red fox see"), 0.2), MOST, "right after all four"),
     ]
 
 
@@ -375,7 +375,7 @@ def _b1_heads_claims() -> list[Claim]:
     return [
         Claim("on some runs exactly one head does it in more than half of the sentences, on others "
               "none or two", "language_model", lambda r: heads_above_half(r) == 1,
-              lambda r: _replace(r, ("heads_on_subject_space",), [[0.9] * 4, [0.9] * 4]), SOME_NOT_ALL),
+              lambda r: _replace(r, ("heads_on_subject_space",), [[0.9] * 4, [0.9] * 4]), SOME_NOT_ALL, "exactly one head above half"),
     ]
 
 
@@ -435,10 +435,10 @@ def _b2_claims() -> dict[str, list[Claim]]:
         ],
         "b2_generation Q3": [
             Claim("on most runs of the sweep `T = 0.01` wrote the greedy text", "language_model",
-                  lambda r: r["cold_same_as_greedy"], lambda r: _replace(r, ("cold_same_as_greedy",), False), MOST),
+                  lambda r: r["cold_same_as_greedy"], lambda r: _replace(r, ("cold_same_as_greedy",), False), MOST, "the greedy text"),
             Claim("on some runs, not all, one of the 22 steps has a gap below 0.05", "language_model",
                   lambda r: min(r["greedy_top_gaps"]) < 0.05,
-                  lambda r: _replace(r, ("greedy_top_gaps",), [1.0] * len(r["greedy_top_gaps"])), SOME_NOT_ALL),
+                  lambda r: _replace(r, ("greedy_top_gaps",), [1.0] * len(r["greedy_top_gaps"])), SOME_NOT_ALL, "a gap below 0.05"),
         ],
     }
 
@@ -464,7 +464,8 @@ def report(key: str, sweep: dict | None = None) -> None:
     for claim in CLAIMS[key]:
         runs = sweep_runs(sweep, claim.part)
         count, verdict = claim.count(runs), "holds" if claim.check(runs) else "FAILS"
-        print(f"{verdict}, true of {count} of {len(runs)} runs: {claim.sentence}")
+        counted = f"{claim.counts}: " if claim.counts else ""
+        print(f"{verdict}: {claim.sentence}  [{counted}{count} of {len(runs)} runs]")
 
 
 # ---- the learner's run against the sweep -------------------------------------------------------

@@ -508,7 +508,7 @@ def show_run(quantities: list[Quantity], numbers: dict | list[dict], sweep: dict
     outside, strict_failures = [], []
     for q in quantities:
         values = sweep_range(q, sweep)
-        mine = [q.get(run) for run in runs]
+        mine = [_stored(q.get(run)) for run in runs]      # as the sweep stores its own runs
         yours = ", ".join(q.fmt.format(v) for v in mine)
         print(f"{q.label}: your run{'s' if len(mine) > 1 else ''} {yours};  "
               f"{_describe(sweep, q.part)}: {q.fmt.format(values[0])} to {q.fmt.format(values[-1])}, "
@@ -525,6 +525,12 @@ def show_run(quantities: list[Quantity], numbers: dict | list[dict], sweep: dict
         raise RunOutsideSweep(f"{STRICT_ENV} is set and this run is outside the sweep's widened range: "
                               + "; ".join(strict_failures) + ". Has a change of the code moved the "
                               "trained results? Then run `make sweep` again.")
+
+
+def _stored(value: float) -> float:
+    """`value` rounded as tools/sweep.py stores numbers (6 significant digits), so that a run the
+    sweep holds compares equal to it."""
+    return float(f"{value:.6g}")
 
 
 def _first_step(r: dict) -> float:

@@ -42,13 +42,15 @@ import numbers
 import os
 import re
 import textwrap
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
 
 from . import provenance, tracker
 from .tracker import REGISTRY, register  # noqa: F401  (where topic modules find them)
@@ -443,7 +445,7 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     derived += [_resized(case, names, axis, contract.axes[axis], None) for axis in contract.drop]
     for axis in (a for a in contract.axes if a != "B"):  # past 1024 where that costs under 50 ms: the
         probe = _resized(case, names, axis, contract.axes[axis], WIDE)  # cost grows at most as length squared
-        if probe is not None and _seconds(exercise, probe) < 0.05 / (FAR / WIDE) ** 2:
+        if probe is not None and _work(exercise, probe) < FAR_WORK / (FAR / WIDE) ** 2:
             derived.append(_resized(case, names, axis, contract.axes[axis], FAR))
     for name in [*names, *case.kwargs]:  # a mask that hides every key, and one that hides none
         mask = _value_of(case, names, name)
@@ -523,11 +525,24 @@ def _in_place_between_calls(output, working: Case, new: Case) -> None:
             old.copy_(value)
 
 
-def _seconds(exercise: Exercise, case: Case) -> float:
-    """How long the reference takes on `case`, in this thread's CPU time (the same on a busy machine)."""
-    start = time.thread_time()
-    _run_safely(exercise, exercise.reference, case)
-    return time.thread_time() - start
+FAR_WORK = 2e7  # what one core does in ~50 ms, counted, not timed: any machine derives the same cases
+
+
+class _Written(TorchDispatchMode):  # counts the elements every operation writes
+    count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.count += sum(t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        return out
+
+
+def _work(exercise: Exercise, case: Case) -> int:
+    """The reference's multiply-adds on `case` (FlopCounterMode) plus every element it writes."""
+    flops, elements = FlopCounterMode(display=False), _Written()
+    with flops, elements:
+        _run_safely(exercise, exercise.reference, case)
+    return flops.get_total_flops() + elements.count
 
 
 # Text as learners type it: whitespace of every kind, punctuation stuck to every word; and

@@ -504,7 +504,7 @@ def _markdown(notebook: str) -> str:
     return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
 
 
-@pytest.mark.parametrize("name", sorted(n for n in FORBIDDEN if notebook_of(REGISTRY[n]) < "10"))
+@pytest.mark.parametrize("name", sorted(FORBIDDEN))
 def test_each_refused_builtin_is_named_in_the_notebook_text(name):
     text = _markdown(notebook_of(REGISTRY[name]))
     assert "The checks refuse an answer that calls PyTorch's own version of what an exercise asks" in text

@@ -85,15 +85,24 @@ os.environ["TFMLIB_PROGRESS"] = ""
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import warm_kernels  # noqa: E402
 c.Autograde.autograde_preprocessors = warm_kernels.autograde_preprocessors()
+# ---- the trusted verdict (trusted_grading.py, own_work.py; keep these lines) --------------------
+# The points are decided here, in nbgrader's process, not in the learner's kernel: each graded test
+# cell hands in what the answer returned on the check's cases, as plain data, and this process
+# compares it with the reference and applies the own-work rules to the submitted code. Without
+# these lines every graded cell scores 0 (what it hands in is no PASS by itself).
+import trusted_grading  # noqa: E402
+c.Autograde.autograde_preprocessors = trusted_grading.autograde_preprocessors(c.Autograde.autograde_preprocessors)
+# ---- end of the trusted verdict -----------------------------------------------------------------
 '''
 
 SETTINGS = ("DEFAULT_POINTS", "POINTS", "FORBIDDEN_CALLS")
 
 TEST_CELL = '''\
 # Graded, {points} point{plural}: {answer} must PASS this check. Run this cell to see how it does.
-# An answer that calls tfmlib's version, solution() or PyTorch's own version gets no points.
-import tfmlib.exercises as _exercises
-_result = _exercises.check("{name}", {answer})
+# When grading, the grader runs {answer} here and judges what it returns outside this notebook;
+# an answer that calls tfmlib's version, solution() or PyTorch's own version gets no points.
+import tfmlib.handin as _handin
+_result = _handin.graded("{name}", {answer})
 assert _result, str(_result)
 print(_result)'''
 
@@ -305,7 +314,8 @@ def write_course(out: Path, notebooks: list[Path]) -> dict[str, list[tuple[str, 
     config = out / "nbgrader_config.py"
     if not config.exists():
         config.write_text(CONFIG)
-    shutil.copyfile(REPO / "teacher" / "warm_kernels.py", out / "warm_kernels.py")
+    for helper in ("warm_kernels.py", "trusted_grading.py", "own_work.py"):
+        shutil.copyfile(REPO / "teacher" / helper, out / helper)
     settings = read_settings(config)
     assignments = {}
     for path in notebooks:

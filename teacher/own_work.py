@@ -75,8 +75,8 @@ ESCAPE_BUILTINS = {
 ESCAPE_ATTRIBUTES = {
     "threads": ("setprofile", "settrace", "setswitchinterval", "Thread", "start_new_thread"),
     "introspection": ("f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame",
-                      "cr_frame", "tb_frame", "modules"),
-    "processes": ("system", "popen", "spawn", "getoutput", "run_cell", "run_line_magic", "run_cell_magic"),
+                      "cr_frame", "tb_frame", "modules", "run_cell", "run_line_magic", "run_cell_magic"),
+    "processes": ("system", "popen", "spawn", "getoutput"),
     "internals": ("ops", "library", "cpp_extension", "jit", "fx", "_dynamo", "compile"),
     "hand-in": ("handin", "graded"),
 }

@@ -35,6 +35,7 @@ from pathlib import Path
 import nbformat
 import torch
 from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # own_work.py, beside this file
 import own_work  # noqa: E402
@@ -249,6 +250,8 @@ class HandInFolder(Preprocessor):
     """Before the kernel starts: a new, empty folder for this submission's hand-ins, named in
     TFMLIB_GRADE_OUT (the kernel inherits the grader's environment)."""
 
+    enabled = Bool(True)  # nbconvert's preprocessors are off unless enabled; nbgrader's are on
+
     def preprocess(self, nb, resources):
         folder = tempfile.mkdtemp(prefix="tfmlib-grade-")
         os.environ[ENV_VAR] = folder
@@ -259,6 +262,8 @@ class HandInFolder(Preprocessor):
 class TrustedVerdict(Preprocessor):
     """After the kernel finished: each graded test cell's output replaced by the verdict computed
     here, from the hand-ins and the submitted source (see the module's docstring)."""
+
+    enabled = Bool(True)
 
     def preprocess(self, nb, resources):
         folder = Path(resources.get("tfmlib", {}).get("grade_out") or os.environ.get(ENV_VAR, ""))

@@ -76,8 +76,9 @@ ESCAPE_ATTRIBUTES = {
     "threads": ("setprofile", "settrace", "setswitchinterval", "Thread", "start_new_thread"),
     "introspection": ("f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame",
                       "cr_frame", "tb_frame", "modules", "run_cell", "run_line_magic", "run_cell_magic"),
-    "processes": ("system", "popen", "spawn", "getoutput"),
-    "internals": ("ops", "library", "cpp_extension", "jit", "fx", "_dynamo", "compile"),
+    "processes": ("system", "popen", "spawn", "getoutput",
+                  "load", "save", "hub"),  # torch.load and NumPy's unpickle: code from a file
+    "internals": ("ops", "library", "cpp_extension"),
     "hand-in": ("handin", "graded"),
 }
 # The names the graded test cells bind, and IPython's history (it holds the cells' text).
@@ -137,17 +138,18 @@ def rules_for(name: str, teachers: str = "") -> RuleSet:
 
 # ---- reading a cell ------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4096)  # the lesson's cells recur in every submission; trees are only read
 def parse(source: str) -> ast.Module | None:
     """The cell's code as Python (IPython's magics and `!` lines turned into the calls they
     make, as the kernel does); None when it does not parse (it does not run either)."""
     try:
-        from IPython.core.inputtransformer2 import TransformerManager
-        source = TransformerManager().transform_cell(source)
-    except Exception:  # no IPython here: plain Python is all a cell can be then
-        pass
-    try:
         return ast.parse(source)
     except (SyntaxError, ValueError):
+        pass  # IPython's syntax (`!ls`, `%%bash`) is never valid Python: only then transformed
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        return ast.parse(TransformerManager().transform_cell(source))
+    except Exception:  # not even IPython's syntax: the kernel cannot run it either
         return None
 
 
@@ -464,7 +466,7 @@ def judge_submission(cells: list[Cell], answers: dict[str, list[str]], teachers:
         if name in problems:
             continue
         rules = rules_for(name, teachers)
-        for cell in _cells_of_the_answer(cells, name, answer_names, aliases):
+        for cell in _cells_of_the_answer(cells, name, functions, answer_names, aliases):
             found = answer_problem(cell.tree, rules, aliases)
             if found is not None:
                 where = f"your answer to {name}" if cell.answers == name else f"code cell {cell.index + 1}, which it uses,"
@@ -477,10 +479,13 @@ def judge_submission(cells: list[Cell], answers: dict[str, list[str]], teachers:
     return problems
 
 
-def _cells_of_the_answer(cells: list[Cell], name: str, answer_names: set[str], aliases: set[str]) -> list[Cell]:
-    """The answer cell of `name`, and every changed cell that binds a name it reads (the
-    learner's own helpers, data it uses), again for those cells, until none is added."""
-    chosen = [c for c in cells if c.answers == name]
+def _cells_of_the_answer(cells: list[Cell], name: str, functions: list[str], answer_names: set[str],
+                         aliases: set[str]) -> list[Cell]:
+    """The answer cell of `name` and any other changed cell that binds its functions (an answer
+    cell stripped of its nbgrader marks is still the answer), and every changed cell that binds a
+    name they read (the learner's own helpers, data they use), until none is added."""
+    chosen = [c for c in cells if c.answers == name or c.changed and c.answers is None
+              and set(functions) & bound_names(c.tree)]
     reads = set()
     while True:
         for cell in chosen:

@@ -427,3 +427,10 @@ def test_the_model_answers_break_no_rule_but_the_long_ones_are_copies():
         judged += len(answers)
     assert judged == 41
     assert copies == {name for name, _ in LONG_REFERENCES}
+
+
+def test_an_answer_cell_stripped_of_its_marks_is_still_judged_as_the_answer():
+    cells = [own_work.Cell(0, own_work.parse(LESSON), False),
+             own_work.Cell(1, own_work.parse("def my_target_mask(t, p):\n    return target_mask(t, p)"), True)]
+    found = own_work.judge_submission(cells, {"target_mask": ["my_target_mask"]}, TEACHERS)["target_mask"]
+    assert found.startswith("code cell 2 uses `def my_target_mask`, an answer's name outside its own cell")

@@ -73,11 +73,14 @@ ESCAPE_BUILTINS = {
     "processes": ("open", "input", "exit", "quit", "help"),
 }
 ESCAPE_ATTRIBUTES = {
-    "threads": ("setprofile", "settrace", "setswitchinterval", "Thread", "start_new_thread"),
+    "threads": ("setprofile", "settrace", "setswitchinterval", "Thread", "start_new_thread", "fork",
+                "threading", "multiprocessing", "concurrent", "asyncio"),
     "introspection": ("f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame",
                       "cr_frame", "tb_frame", "modules", "run_cell", "run_line_magic", "run_cell_magic"),
-    "processes": ("system", "popen", "spawn", "getoutput",
-                  "load", "save", "hub"),  # torch.load and NumPy's unpickle: code from a file
+    "processes": ("system", "popen", "spawn", "getoutput", "environ", "tofile",
+                  "load", "save", "hub",  # torch.load and NumPy's unpickle: code from a file
+                  "os", "sys", "subprocess", "ctypes", "importlib", "builtins", "inspect", "pickle",
+                  "marshal", "posix", "shutil", "socket", "pty", "runpy"),  # modules re-exported (torch.os)
     "internals": ("ops", "library", "cpp_extension"),
     "hand-in": ("handin", "graded"),
 }
@@ -198,7 +201,15 @@ def escapes(tree: ast.AST, answer_names: set[str], own_answers: set[str] = froze
     """The first escape route a cell uses (ESCAPES in the module's docstring), or None.
     `answer_names`: the graded answers' names (my_...); `own_answers`: those this cell may bind."""
     bound, aliases = bound_names(tree), _aliases(tree)
+    # getattr is only itself when called with the attribute's name written out (getattr(x, "w")):
+    # handed on (`g = getattr`) it reads any name
+    named = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Name) and len(node.args) >= 2
+             and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)}
     for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in ("getattr", "hasattr") and id(node) not in named \
+                and node.id not in bound:
+            return Finding(f"`{node.id}` with a computed name", "introspection")
         found = _escape(node, bound, aliases, answer_names - set(own_answers))
         if found is not None:
             return found

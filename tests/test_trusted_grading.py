@@ -274,6 +274,12 @@ CHEATS = {  # issue 31's classes and more, each with the rule that must catch it
     "shell": ("!cat /etc/passwd\n" + HONEST, "(processes)"),
     "hand-in": ("import tfmlib.handin\n" + HONEST, "(hand-in)"),
     "star import": ("from tfmlib import *\n" + HONEST, "(introspection)"),
+    "getattr handed on": ("g = getattr\n" + HONEST, "(introspection)"),
+    "torch.os": ("def my_target_mask(t, p):\n    return torch.os.environ", "(processes)"),
+    "torch.sys": ("def my_target_mask(t, p):\n    return torch.sys.modules", "(introspection)"),
+    "jit fork": ("def my_target_mask(t, p):\n    return torch.jit.fork(my_padding_mask, t, p)", "(threads)"),
+    "torch.load": ("def my_target_mask(t, p):\n    return torch.load('answer.pt', weights_only=False)", "(processes)"),
+    "fullwidth exec": ("\uff45\uff58\uff45\uff43('x = 1')\n" + HONEST, "(introspection)"),
     "vars": ("def my_target_mask(t, p):\n    return vars(tfmlib)['target_mask'](t, p)", "(introspection)"),
 }
 

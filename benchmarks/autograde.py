@@ -7,7 +7,8 @@ before, side by side on the same machine, in alternating rounds:
   now     each submission's kernel is forked from one process that imported them once
           (teacher/warm_kernels.py, which the course's nbgrader_config.py turns on).
 Figures are not drawn in either (the config's `--InlineBackend.figure_formats=set()`).
-Each round autogrades N copies of the instructor's answers (every check runs to PASS) with
+Each round autogrades N copies of the instructor's answers (every output matches the reference;
+the grader judges the long ones copies of it, which costs no other work) with
 `--force`, and then one copy; per submission is (N copies - one copy) / (N - 1), which leaves
 out nbgrader's own start (and the zygote's imports, once per command), in wall-clock seconds
 and in CPU seconds (nbgrader and every process it started: kernels, the zygote).

@@ -117,9 +117,15 @@ _ERRORS: dict[tuple, type] = {}
 
 
 def _error(record: dict) -> BaseException:
-    """An exception of the kind the answer raised: the builtin type itself, or a stand-in of the
-    same name under its nearest builtin base (a check only compares types and messages)."""
+    """An exception of the kind the answer raised: one of the exercise's own (what its run found),
+    the builtin type itself, or a stand-in of the same name under its nearest builtin base (a
+    check only compares types and messages)."""
     name, bases = str(record.get("raised")), [str(b) for b in record.get("builtin_bases", [])]
+    checkers = _checkers_class(record.get("checkers"))
+    if checkers is not None:
+        error = checkers(str(record.get("message", "")))
+        error.where_it_raised = str(record.get("where", "")) or None
+        return error
     base = next((getattr(builtins, b) for b in bases if isinstance(getattr(builtins, b, None), type)
                  and issubclass(getattr(builtins, b), BaseException)), Exception)
     if name == base.__name__ and base is not BaseException:
@@ -131,6 +137,15 @@ def _error(record: dict) -> BaseException:
     if record.get("found_by_the_checker"):
         error.found_by_the_checker = True
     return error
+
+
+def _checkers_class(dotted) -> type | None:
+    """The exception class of tfmlib.exercises that `dotted` names, else None."""
+    if not isinstance(dotted, str) or not dotted.startswith("tfmlib.exercises."):
+        return None
+    module, _, name = dotted.rpartition(".")
+    value = getattr(sys.modules.get(module), name, None)
+    return value if isinstance(value, type) and issubclass(value, Exception) else None
 
 
 def decode_outcome(record) -> object:
@@ -167,7 +182,7 @@ def verdict(name: str, hand_in: Path, not_own_work: str | None = None, stub: boo
     """The result of exercise `name` from its hand-in file, judged here: the answer's outcomes
     against the reference's on the same cases, then the own-work finding (one line) if any."""
     exercise = REGISTRY[name]
-    if stub:
+    if stub and not_own_work is None:  # a stub with something else that hands in an answer is judged
         return core.CheckResult(name, "not attempted", "not attempted yet: the stub's body is unchanged")
     cases = exercise.cases()
     try:
@@ -176,8 +191,8 @@ def verdict(name: str, hand_in: Path, not_own_work: str | None = None, stub: boo
             raise BadHandIn(f"{len(actual)} outcomes for {len(cases)} cases")
     except FileNotFoundError:
         result = core.CheckResult(name, "failed", "the grader received nothing from your answer",
-                                  "its test cell did not run it: a cell above it failed, or the "
-                                  "answer's function is not defined")
+                                  "its test cell did not hand it in: the answer ran past the time "
+                                  "limit, a cell above failed, or the answer's function is not defined")
     except (BadHandIn, ValueError, TypeError, RecursionError) as error:
         result = core.CheckResult(name, "failed", "what reached the grader is not your answer's output",
                                   f"the hand-in file is not one the test cell writes ({error})")
@@ -228,8 +243,9 @@ def _without_docstring(body):
 
 
 def own_work_problems(notebook, source_notebook, answers: dict[str, list[str]]) -> dict[str, str]:
-    """own_work.judge_submission on the submitted notebook: a cell is unchanged when its text is
-    one of the instructor's version's (not an answer cell), so only the learner's code is judged."""
+    """own_work.judge_submission on the submitted notebook: a cell is unchanged when nbgrader
+    restored it (a locked cell) or its text is one of the instructor's version's (not an answer
+    cell), so only the learner's code is judged."""
     lesson = {cell.source for cell in source_notebook.cells if cell.cell_type == "code"
               and not cell.metadata.get("nbgrader", {}).get("solution")}
     cells = []
@@ -241,7 +257,10 @@ def own_work_problems(notebook, source_notebook, answers: dict[str, list[str]]) 
             continue  # it does not run either
         meta = cell.metadata.get("nbgrader", {})
         answer = meta.get("grade_id", "").removesuffix("-answer") if meta.get("solution") else None
-        cells.append(own_work.Cell(index, tree, answer is not None or cell.source not in lesson,
+        # nbgrader put the teacher's text back into every locked cell before the run (a test
+        # cell the learner deleted comes back at the end)
+        locked = not meta.get("solution") and (meta.get("locked") or meta.get("grade"))
+        cells.append(own_work.Cell(index, tree, answer is not None or not locked and cell.source not in lesson,
                                    answer if answer in answers else None))
     return own_work.judge_submission(cells, answers, os.environ.get(FORBIDDEN_CALLS_VAR, ""))
 

@@ -178,9 +178,9 @@ TRIED = {
         "target_mask": ("    return torch.zeros(1).as_subclass(LYING_TENSOR)", "(introspection)"),
     },
     "c7_check_replaced": {  # 7. check (and the hand-in, torch's comparisons) replaced from a cell
-        "padding_mask": ("    return token_ids", "(changes)"),
+        "padding_mask": ("    return token_ids", "(hand-in)"),
         "causal_mask": ("", "not attempted"),
-        "target_mask": ("    return None", "(changes)"),
+        "target_mask": ("    return None", "(hand-in)"),
     },
     "c8_method": {  # 8. the forbidden torch.tril as the Tensor method, and by its name as a string
         "padding_mask": (RIGHT["padding_mask"], None),
@@ -190,10 +190,15 @@ TRIED = {
     return (token_ids != pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()""",
                         "`.tril` (built-in)"),
     },
-    "c9_forged_hand_in": {  # more: the hand-in written again from a cell, the answer rebound
+    "c9_forged_hand_in": {  # more: the hand-in written again from a cell, a file written there
         "padding_mask": ("    return token_ids", "(hand-in)"),
         "causal_mask": ("    return None", "(hand-in)"),
         "target_mask": ("    return None", "(hand-in)"),
+    },
+    "c10_rebound": {  # more: the answer rebound to the reference between its cell and its test
+        "padding_mask": (RIGHT["padding_mask"], "(changes)"),
+        "causal_mask": (RIGHT["causal_mask"], "(changes)"),
+        "target_mask": ("    return None", "(changes)"),
     },
 }
 # Cells a learner adds: (the grade_id of the cell it goes before, or None for the end, its source).
@@ -221,8 +226,8 @@ from tfmlib import padding_mask
 graded("padding_mask", padding_mask)"""), (None, """\
 import json, os
 folder = os.environ.get("TFMLIB_GRADE_OUT", ".")
-open(os.path.join(folder, "causal_mask.json"), "w").write(json.dumps({"exercise": "causal_mask", "outcomes": []}))"""),
-        ("target_mask-test", "my_target_mask = lambda token_ids, pad_id: target_mask(token_ids, pad_id)")],
+open(os.path.join(folder, "causal_mask.json"), "w").write(json.dumps({"exercise": "causal_mask", "outcomes": []}))""")],
+    "c10_rebound": [("target_mask-test", "my_target_mask = lambda token_ids, pad_id: target_mask(token_ids, pad_id)")],
 }
 # Class 4 on notebook 01, whose broadcast_shape is long enough to tell a copy from an answer: the
 # reference pasted with its variables renamed and its input check left out.
@@ -597,7 +602,9 @@ def test_the_learner_fetches_the_feedback_and_the_teacher_exports_the_grades(cou
     rows = list(csv.DictReader(io.StringIO((course / "grades.csv").read_text())))
     # one row per learner per assignment in the gradebook; of the graded one, each learner's score
     graded = {row["student_id"]: float(row["score"]) for row in rows if row["assignment"] == GRADED}
-    assert graded == {student: float(sum(points.values())) for student, points in gradebook[GRADED].items()}
+    # (a learner graded in 01 only gets a row of 0 for 04 too)
+    assert graded == {student: float(sum(gradebook[GRADED].get(student, {}).values())) for student in graded}
+    assert set(gradebook[GRADED]) <= set(graded)
 def pins(path: Path) -> dict[str, str]:
     lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
     return dict(line.split("==") for line in lines if "==" in line)

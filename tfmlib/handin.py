@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sys
 
 import torch
 
@@ -51,7 +52,7 @@ def outcomes(name: str, fn) -> list[dict]:
 def encode_outcome(outcome) -> dict:
     if isinstance(outcome, _Raised):
         error = outcome.error
-        return {"raised": type(error).__name__, "message": _text(error),
+        return {"raised": type(error).__name__, "message": _text(error), "checkers": _checkers_name(error),
                 "builtin_bases": [c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins"],
                 "where": _where_it_raised(error),
                 "found_by_the_checker": bool(getattr(error, "found_by_the_checker", False))}
@@ -89,6 +90,17 @@ def _encode_tensor(t: torch.Tensor) -> dict:
         return {"object": "Tensor"}
     return {"tensor": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
             "data": base64.b64encode(data).decode("ascii")}
+
+
+def _checkers_name(error: BaseException) -> str | None:
+    """"tfmlib.exercises.shapes._ClashNamed" for the exceptions an exercise's run raises to say
+    what it found (a clash named, a view of a transposed tensor), which the grader compares by
+    type; None for any other."""
+    kind = type(error)
+    module = sys.modules.get(kind.__module__)
+    if module is None or not kind.__module__.startswith("tfmlib.exercises."):
+        return None
+    return next((f"{kind.__module__}.{name}" for name, value in vars(module).items() if value is kind), None)
 
 
 def _text(error: BaseException) -> str:

@@ -440,3 +440,16 @@ def test_an_answer_cell_stripped_of_its_marks_is_still_judged_as_the_answer():
              own_work.Cell(1, own_work.parse("def my_target_mask(t, p):\n    return target_mask(t, p)"), True)]
     found = own_work.judge_submission(cells, {"target_mask": ["my_target_mask"]}, TEACHERS)["target_mask"]
     assert found.startswith("code cell 2 uses `def my_target_mask`, an answer's name outside its own cell")
+
+
+def test_the_exercises_own_exceptions_come_back_as_themselves(tmp_path):
+    """broadcast_shape's clash cases want a ValueError that names both sizes (the exercise's run
+    raises a class of its own for it): a right answer passes from its hand-in as it does in check."""
+    def my_broadcast_shape(shape_a, shape_b):
+        a = (1,) * (len(shape_b) - len(shape_a)) + tuple(shape_a)
+        b = (1,) * (len(shape_a) - len(shape_b)) + tuple(shape_b)
+        for x, y in zip(a, b):
+            if x != y and 1 not in (x, y):
+                raise ValueError(f"sizes {x} and {y} clash")
+        return tuple(y if x == 1 else x for x, y in zip(a, b))
+    assert trusted_grading.verdict("broadcast_shape", hand_in(tmp_path, "broadcast_shape", my_broadcast_shape))

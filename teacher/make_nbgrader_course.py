@@ -6,10 +6,12 @@
 
 Each coding exercise of a notebook (a `def my_...` stub followed by `check("name", my_...)`)
 becomes an autograded answer cell, the stub, followed by a visible, locked test cell worth
-the exercise's points that runs the same check and fails unless it says PASS. So `nbgrader
-validate` on a learner's copy lists every exercise that does not pass yet, and the learner
-sees in the test cell what the grader will see. The check FAILs an answer that calls the
-reference, `solution()` or PyTorch's own version of the exercise (tfmlib/exercises/provenance.py).
+the exercise's points that runs the same check (`tfmlib.handin.graded`) and fails unless it says
+PASS. So `nbgrader validate` on a learner's copy lists every exercise that does not pass yet.
+While autograding, the test cell only hands the answer's outputs in, and nbgrader's own process
+decides the points (trusted_grading.py: the comparison; own_work.py: the rules, read from the
+submitted code, that fail an answer using the reference, `solution()`, PyTorch's own version of
+the exercise or an escape route).
 In the instructor's version the stub's line `...  # your code here` is wrapped in nbgrader's
 solution markers around the reference's own body, written out (`nbgrader generate_assignment`
 puts the stub back). The release carries no `solution()`: its import and the "Stuck? Run
@@ -19,7 +21,8 @@ included) stays as it is, ungraded.
 The folder written (default nbgrader-course/, git-ignored) is an nbgrader course root:
 nbgrader_config.py (written once, yours to edit afterwards: the points of each exercise and
 the calls an answer may not make are set there), warm_kernels.py (which forks each
-submission's kernel from one process with the course's imports done; rewritten on every run) and
+submission's kernel from one process with the course's imports done), trusted_grading.py and
+own_work.py (the verdict; the three rewritten on every run) and
 source/<notebook>/<notebook>.ipynb (rewritten on every run). See docs/teachers_guide.md.
 """
 from __future__ import annotations

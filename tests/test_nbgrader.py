@@ -179,7 +179,7 @@ TRIED = {
     },
     "c7_check_replaced": {  # 7. check (and the hand-in, torch's comparisons) replaced from a cell
         "padding_mask": ("    return token_ids", "(hand-in)"),
-        "causal_mask": ("", "not attempted"),
+        "causal_mask": ("", "(hand-in)"),  # the stub, judged: something else hands answers in
         "target_mask": ("    return None", "(hand-in)"),
     },
     "c8_method": {  # 8. the forbidden torch.tril as the Tensor method, and by its name as a string
@@ -542,7 +542,7 @@ def test_each_class_of_cheat_gets_no_points_and_the_feedback_says_which_rule(cou
     text = html.unescape(feedback(course, student, GRADED))
     for name, (_, why) in TRIED[student].items():
         if why:
-            section = text.split(f"[FAIL] {name}:" if why != "not attempted" else f"[TODO] {name}:", 1)
+            section = text.split(f"[FAIL] {name}:", 1)
             assert len(section) == 2 and why in section[1].split("judged by the grader")[0], (student, name, why)
 
 

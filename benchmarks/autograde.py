@@ -9,7 +9,8 @@ before, side by side on the same machine, in alternating rounds:
               (teacher/warm_kernels.py), without the sandbox (`--WarmExecute.sandbox=False`);
   now         forked, and in the grading sandbox, as the course's nbgrader_config.py grades.
 Figures are not drawn in any (the config's `--InlineBackend.figure_formats=set()`).
-Each round autogrades N copies of the instructor's answers (every check runs to PASS) with
+Each round autogrades N copies of the instructor's answers (every output matches the reference;
+the grader judges the long ones copies of it, which costs no other work) with
 `--force`, and then one copy; per submission is (N copies - one copy) / (N - 1), which leaves
 out nbgrader's own start (and the zygote's imports, once per command), in wall-clock seconds
 and in CPU seconds (nbgrader and every process it started: kernels, the zygote).

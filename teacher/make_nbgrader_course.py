@@ -6,10 +6,12 @@
 
 Each coding exercise of a notebook (a `def my_...` stub followed by `check("name", my_...)`)
 becomes an autograded answer cell, the stub, followed by a visible, locked test cell worth
-the exercise's points that runs the same check and fails unless it says PASS. So `nbgrader
-validate` on a learner's copy lists every exercise that does not pass yet, and the learner
-sees in the test cell what the grader will see. The check FAILs an answer that calls the
-reference, `solution()` or PyTorch's own version of the exercise (tfmlib/exercises/provenance.py).
+the exercise's points that runs the same check (`tfmlib.handin.graded`) and fails unless it says
+PASS. So `nbgrader validate` on a learner's copy lists every exercise that does not pass yet.
+While autograding, the test cell only hands the answer's outputs in, and nbgrader's own process
+decides the points (trusted_grading.py: the comparison; own_work.py: the rules, read from the
+submitted code, that fail an answer using the reference, `solution()`, PyTorch's own version of
+the exercise or an escape route).
 In the instructor's version the stub's line `...  # your code here` is wrapped in nbgrader's
 solution markers around the reference's own body, written out (`nbgrader generate_assignment`
 puts the stub back). The release carries no `solution()`: its import and the "Stuck? Run
@@ -19,11 +21,11 @@ included) stays as it is, ungraded.
 The folder written (default nbgrader-course/, git-ignored) is an nbgrader course root:
 nbgrader_config.py (written once, yours to edit afterwards: the points of each exercise and
 the calls an answer may not make are set there), warm_kernels.py (which forks each
-submission's kernel from one process with the course's imports done, in a sandbox; rewritten on
-every run), course_exchange.py (collect refuses a submission filed under another learner's name;
-rewritten on every run) and source/<notebook>/<notebook>.ipynb (rewritten on every run). The
-folder is made readable by its owner alone (mode 700): the solutions and the gradebook are in it.
-See docs/teachers_guide.md.
+submission's kernel from one process with the course's imports done, in a sandbox),
+course_exchange.py (collect refuses a submission filed under another learner's name),
+trusted_grading.py and own_work.py (the verdict; the four rewritten on every run) and
+source/<notebook>/<notebook>.ipynb (rewritten on every run). The folder is made readable by its
+owner alone (mode 700): the solutions and the gradebook are in it. See docs/teachers_guide.md.
 """
 from __future__ import annotations
 
@@ -95,15 +97,24 @@ c.Autograde.autograde_preprocessors = warm_kernels.autograde_preprocessors()
 # Collect refuses a submission whose claimed learner is not the account that submitted it.
 c.ExchangeFactory.collect = course_exchange.OwnerCheckedCollect
 # ---- end of kernels, sandbox and exchange ---------------------------------------------------------
+# ---- the trusted verdict (trusted_grading.py, own_work.py; keep these lines) --------------------
+# The points are decided here, in nbgrader's process, not in the learner's kernel: each graded test
+# cell hands in what the answer returned on the check's cases, as plain data, and this process
+# compares it with the reference and applies the own-work rules to the submitted code. Without
+# these lines every graded cell scores 0 (what it hands in is no PASS by itself).
+import trusted_grading  # noqa: E402
+c.Autograde.autograde_preprocessors = trusted_grading.autograde_preprocessors(c.Autograde.autograde_preprocessors)
+# ---- end of the trusted verdict -----------------------------------------------------------------
 '''
 
 SETTINGS = ("DEFAULT_POINTS", "POINTS", "FORBIDDEN_CALLS")
 
 TEST_CELL = '''\
 # Graded, {points} point{plural}: {answer} must PASS this check. Run this cell to see how it does.
-# An answer that calls tfmlib's version, solution() or PyTorch's own version gets no points.
-import tfmlib.exercises as _exercises
-_result = _exercises.check("{name}", {answer})
+# When grading, the grader runs {answer} here and judges what it returns outside this notebook;
+# an answer that calls tfmlib's version, solution() or PyTorch's own version gets no points.
+import tfmlib.handin as _handin
+_result = _handin.graded("{name}", {answer})
 assert _result, str(_result)
 print(_result)'''
 
@@ -316,7 +327,7 @@ def write_course(out: Path, notebooks: list[Path]) -> dict[str, list[tuple[str, 
     config = out / "nbgrader_config.py"
     if not config.exists():
         config.write_text(CONFIG)
-    for helper in ("warm_kernels.py", "course_exchange.py"):
+    for helper in ("warm_kernels.py", "course_exchange.py", "trusted_grading.py", "own_work.py"):
         shutil.copyfile(REPO / "teacher" / helper, out / helper)
     settings = read_settings(config)
     assignments = {}

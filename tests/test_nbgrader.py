@@ -60,8 +60,26 @@ RIGHT = {
     "causal_mask": "    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()[None, None]",
     "target_mask": """\
     L = token_ids.shape[1]
-    return (token_ids != pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()""",
+    causal = torch.arange(L)[:, None] >= torch.arange(L)[None, :]
+    return (token_ids != pad_id)[:, None, None, :] & causal""",
 }
+# Honest answers in other styles: the allowed helpers (tfmlib's padding_mask and causal_mask in
+# target_mask, the issue's "three-line target_mask"), the learner's own earlier answers, methods.
+STYLES = {
+    "padding_mask": "    return token_ids.ne(pad_id).unsqueeze(1).unsqueeze(2)",
+    "causal_mask": """\
+    positions = torch.arange(seq_len)
+    return (positions[None, :] <= positions[:, None]).view(1, 1, seq_len, seq_len)""",
+    "target_mask": """\
+    from tfmlib.masks import causal_mask, padding_mask
+    pad = padding_mask(token_ids, pad_id)
+    causal = causal_mask(token_ids.shape[1])
+    return pad & causal""",
+}
+OWN_HELPERS = {**RIGHT, "target_mask": """\
+    pad = my_padding_mask(token_ids, pad_id)
+    causal = my_causal_mask(token_ids.size(1))
+    return pad & causal"""}
 WRONG = {
     "broadcast_shape": "    return tuple(max(x, y) for x, y in zip(shape_a, shape_b))",
     "causal_mask": "    return torch.ones(seq_len, seq_len, dtype=torch.bool).triu()[None, None]",
@@ -70,26 +88,163 @@ LOOPS = "    while True:\n        pass"
 # Answers that are not the learner's own work, and what their feedback must say.
 CHEATS = {
     "padding_mask": ("    from tfmlib.masks import padding_mask as pm\n    return pm(token_ids, pad_id)",
-                     "calls `tfmlib.masks.padding_mask`, the reference"),
+                     "uses `padding_mask` from `tfmlib.masks` (reference)"),
     "causal_mask": ("    import tfmlib as t\n    return t.causal_mask(seq_len)",
-                    "calls `tfmlib.masks.causal_mask`, the reference"),
+                    "uses `import tfmlib` (tfmlib)"),
     "target_mask": ("""\
     import tfmlib.masks
     from tfmlib.exercises import solution
     namespace = dict(vars(tfmlib.masks))   # the reference's module: its helpers, torch
     exec(solution("target_mask").source, namespace)
-    return namespace["target_mask"](token_ids, pad_id)""", "calls `solution()`"),
+    return namespace["target_mask"](token_ids, pad_id)""", "(introspection)"),
 }
 BUILT_INS = {
     "padding_mask": ("    ...  # your code here\nfrom tfmlib import padding_mask as my_padding_mask",
-                     "your answer is `tfmlib.masks.padding_mask` itself"),
+                     "uses `padding_mask` from `tfmlib` (reference)"),
     "causal_mask": ("    return (torch.nn.Transformer.generate_square_subsequent_mask(seq_len) == 0)[None, None]",
-                    "`torch.nn.Transformer.generate_square_subsequent_mask`, PyTorch's own version"),
+                    "`torch.nn.Transformer.generate_square_subsequent_mask` (built-in)"),
     "target_mask": ("""\
     L = token_ids.shape[1]
     return (token_ids != pad_id)[:, None, None, :] & torch.tril(torch.ones(L, L, dtype=torch.bool))""",
-                    "`torch.tril`"),
+                    "`torch.tril` (built-in)"),
 }
+# The cheats of issue 31, by class, each an answer that gives the right outputs. Each learner hands
+# in one class: {exercise: (body, what the feedback must say)}; "extra" cells go after the answers.
+TRIED = {
+    "c1_watcher_off": {  # 1. the call watcher switched off, the reference run in another thread
+        "padding_mask": ("    import sys\n    sys.setprofile(None)\n    from tfmlib import padding_mask as p\n"
+                         "    return p(token_ids, pad_id)", "(introspection)"),
+        "causal_mask": ("""\
+    import threading
+    out = []
+    thread = threading.Thread(target=lambda: out.append(causal_mask(seq_len)))
+    thread.start(); thread.join()
+    return out[0]""", "(threads)"),
+        "target_mask": ("""\
+    from concurrent.futures import ThreadPoolExecutor
+    from tfmlib.masks import target_mask as reference
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(reference, token_ids, pad_id).result()""", "(threads)"),
+    },
+    "c2_library_look": {  # 2. the answer made to look like library code (a library's file name)
+        "padding_mask": ("""\
+    namespace = {}
+    code = "import tfmlib\\ndef f(t, p):\\n    return tfmlib.padding_mask(t, p)"
+    exec(compile(code, "/usr/lib/python3/dist-packages/torch/masks.py", "exec"), namespace)
+    return namespace["f"](token_ids, pad_id)""", "(introspection)"),
+        "causal_mask": ("""\
+    import importlib
+    return importlib.import_module("tfmlib.masks").causal_mask(seq_len)""", "(processes)"),
+        "target_mask": ("""\
+    build = eval("lambda t, p: __import__('tfmlib').target_mask(t, p)")
+    return build(token_ids, pad_id)""", "(introspection)"),
+    },
+    "c3_other_identity": {  # 3. the reference under another identity
+        "padding_mask": ("""\
+    import types
+    from tfmlib import masks
+    clone = types.FunctionType(masks.padding_mask.__code__, masks.__dict__)
+    return clone(token_ids, pad_id)""", "(introspection)"),
+        "causal_mask": ("""\
+    import functools
+    import tfmlib.masks as m
+    return functools.partial(m.causal_mask)(seq_len)""", "(imports)"),
+        "target_mask": ("""\
+    import tfmlib.masks as m
+    code = m.target_mask.__code__.replace(co_name="mine")
+    return type(m.target_mask)(code, m.__dict__)(token_ids, pad_id)""", "(introspection)"),
+    },
+    "c5_kernels": {  # 5. PyTorch's kernels under names the list misses
+        "padding_mask": ("    return torch.ops.aten.ne(token_ids, pad_id)[:, None, None, :]", "`torch.ops"),
+        "causal_mask": ("""\
+    from torch.nn.modules.transformer import _generate_square_subsequent_mask
+    return (_generate_square_subsequent_mask(seq_len) == 0)[None, None]""", "(internals)"),
+        "target_mask": ("""\
+    L = token_ids.shape[1]
+    causal = torch._C._VariableFunctions.tril(torch.ones(L, L, dtype=torch.bool))
+    return (token_ids != pad_id)[:, None, None, :] & causal""", "(internals)"),
+    },
+    "c6_liars": {  # 6. return values that lie to the comparison (wrong values, lying subclasses)
+        "padding_mask": ("""\
+    class Agreeable(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func in (torch.equal, torch.allclose, torch.Tensor.__eq__):
+                return True
+            return super().__torch_function__(func, types, args, kwargs or {})
+    return torch.zeros(token_ids.shape[0], 1, 1, token_ids.shape[1], dtype=torch.bool).as_subclass(Agreeable)""",
+                         "(introspection)"),
+        "causal_mask": ("    return MATCHES_ANYTHING", "(introspection)"),
+        "target_mask": ("    return torch.zeros(1).as_subclass(LYING_TENSOR)", "(introspection)"),
+    },
+    "c7_check_replaced": {  # 7. check (and the hand-in, torch's comparisons) replaced from a cell
+        "padding_mask": ("    return token_ids", "(hand-in)"),
+        "causal_mask": ("", "(hand-in)"),  # the stub, judged: something else hands answers in
+        "target_mask": ("    return None", "(hand-in)"),
+    },
+    "c8_method": {  # 8. the forbidden torch.tril as the Tensor method, and by its name as a string
+        "padding_mask": (RIGHT["padding_mask"], None),
+        "causal_mask": (RIGHT["causal_mask"], None),
+        "target_mask": ("""\
+    L = token_ids.shape[1]
+    return (token_ids != pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()""",
+                        "`.tril` (built-in)"),
+    },
+    "c9_forged_hand_in": {  # more: the hand-in written again from a cell, a file written there
+        "padding_mask": ("    return token_ids", "(hand-in)"),
+        "causal_mask": ("    return None", "(hand-in)"),
+        "target_mask": ("    return None", "(hand-in)"),
+    },
+    "c10_rebound": {  # more: the answer rebound to the reference between its cell and its test
+        "padding_mask": (RIGHT["padding_mask"], "(changes)"),
+        "causal_mask": (RIGHT["causal_mask"], "(changes)"),
+        "target_mask": ("    return None", "(changes)"),
+    },
+}
+# Cells a learner adds: (the grade_id of the cell it goes before, or None for the end, its source).
+EXTRA_CELLS = {
+    "c6_liars": [("padding_mask-answer", """\
+class Anything:
+    def __eq__(self, other):
+        return True
+MATCHES_ANYTHING = Anything()
+
+class LyingTensor(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True if func is torch.equal else super().__torch_function__(func, types, args, kwargs or {})
+LYING_TENSOR = LyingTensor""")],
+    "c7_check_replaced": [("padding_mask-answer", """\
+import tfmlib.exercises, tfmlib.handin
+passed = tfmlib.exercises.check("padding_mask", tfmlib.padding_mask)
+tfmlib.exercises.check = lambda *args, **kwargs: passed
+tfmlib.handin.graded = lambda *args, **kwargs: passed
+torch.equal = lambda *args: True""")],
+    "c9_forged_hand_in": [(None, """\
+from tfmlib.handin import graded
+from tfmlib import padding_mask
+graded("padding_mask", padding_mask)"""), (None, """\
+import json, os
+folder = os.environ.get("TFMLIB_GRADE_OUT", ".")
+open(os.path.join(folder, "causal_mask.json"), "w").write(json.dumps({"exercise": "causal_mask", "outcomes": []}))""")],
+    "c10_rebound": [("target_mask-test", "my_target_mask = lambda token_ids, pad_id: target_mask(token_ids, pad_id)")],
+}
+# Class 4 on notebook 01, whose broadcast_shape is long enough to tell a copy from an answer: the
+# reference pasted with its variables renamed and its input check left out.
+PASTED = """\
+    left, right = tuple(shape_a), tuple(shape_b)
+    n = max(len(left), len(right))
+    a = (1,) * (n - len(left)) + left
+    b = (1,) * (n - len(right)) + right
+    out = []
+    for k, (p, q) in enumerate(zip(a, b), start=-n):
+        if p != q and 1 not in (p, q):
+            raise ValueError(
+                f"shapes {left} and {right} do not broadcast: aligned from the right, "
+                f"axis {k} has sizes {p} and {q}; they must be equal or one must be 1"
+            )
+        out.append(p if q == 1 else q)
+    return tuple(out)"""
 POINTS = {"target_mask": 2}                       # the teacher's override; 1 point for the others
 FORBIDDEN_CALLS = {"target_mask": ["torch.tril"]}  # the teacher's addition to tfmlib's table
 FULL = {"01_shapes": {"broadcast_shape": 1}, "04_masks": {"padding_mask": 1, "causal_mask": 1, "target_mask": 2}}
@@ -188,7 +343,7 @@ def test_the_release_has_a_visible_locked_test_after_each_exercise_and_no_soluti
         test = release.cells[release.cells.index(cell) + 1]
         assert is_test_cell(test) and test.metadata.nbgrader.locked
         assert test.metadata.nbgrader.points == FULL[assignment][name]
-        assert f'_exercises.check("{name}"' in test.source  # visible: the learner can run it
+        assert f'_handin.graded("{name}"' in test.source  # visible: the learner can run it
     # The instructor's version does hold a solution (the reference's body); none of it is released.
     solution_lines = {line.strip() for cell in answer_cells(source).values()  # not a lone ")"
                       for line in cell.source.split("\n") if len(line.strip()) > 12} - {
@@ -226,7 +381,7 @@ def test_each_solution_the_generator_writes_passes_its_check_for_every_notebook(
             namespace = {}
             exec(cell.source, namespace)
             test = notebook.cells[notebook.cells.index(cell) + 1]
-            answer = eval(test.source.split(f'check("{name}", ')[1].split(")\n")[0], namespace)
+            answer = eval(test.source.split(f'graded("{name}", ')[1].split(")\n")[0], namespace)
             result = check(name, answer)
             assert result, f"{path.name}: {result}"
             checked += 1
@@ -257,9 +412,11 @@ def test_a_teachers_slip_in_the_settings_is_told_not_ignored(tmp_path, setting, 
 # ---- submissions, autograde, gradebook, feedback -----------------------------------------------
 
 def learners_copy(notebook: nbformat.NotebookNode, answers: dict[str, str],
-                  delete_tests: tuple[str, ...] = (), edit_tests: dict[str, str] | None = None):
+                  delete_tests: tuple[str, ...] = (), edit_tests: dict[str, str] | None = None,
+                  extra: list[tuple[str | None, str]] = ()):
     """A learner's copy: `answers` replace stub lines (an answer of "" leaves the stub), the test
-    cells of `delete_tests` are deleted, those of `edit_tests` edited."""
+    cells of `delete_tests` are deleted, those of `edit_tests` edited, and the code cells of
+    `extra` added, each before the cell of its grade_id (None: at the end)."""
     for name, cell in answer_cells(notebook).items():
         if answers.get(name):
             cell.source = cell.source.replace("    " + STUB, answers[name])
@@ -271,6 +428,9 @@ def learners_copy(notebook: nbformat.NotebookNode, answers: dict[str, str],
         if is_test_cell(cell) and name in (edit_tests or {}):
             cell.source = edit_tests[name]
         cells.append(cell)
+    for anchor, source in extra:
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in cells]
+        cells.insert(ids.index(anchor) if anchor else len(cells), nbformat.v4.new_code_cell(source))
     notebook.cells = cells
     return notebook
 
@@ -309,7 +469,7 @@ def reference_answers(course: Path, assignment: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def gradebook(course) -> dict:
-    """Autograde every learner; {student: {exercise: points}} from the gradebook."""
+    """Autograde every learner; {assignment: {student: {exercise: points}}} from the gradebook."""
     nbgrader(course, "release_assignment", GRADED)
     submit_through_the_exchange(course, "hana", GRADED, RIGHT)
     # every learner here is this test's one account: the course's check that a submission's claimed
@@ -322,7 +482,16 @@ def gradebook(course) -> dict:
            edit_tests={"causal_mask": "pass  # a learner's edit of the locked test cell"})
     submit(course, "eve", GRADED, {"padding_mask": LOOPS, "causal_mask": "    return torch.ones(seq_len,",
                                    "target_mask": RIGHT["target_mask"]}, delete_tests=("target_mask",))
+    submit(course, "hal", GRADED, STYLES)
+    submit(course, "olga", GRADED, OWN_HELPERS)
+    for student, answers in TRIED.items():
+        submit(course, student, GRADED, {name: body for name, (body, _) in answers.items()},
+               extra=EXTRA_CELLS.get(student, []))
     nbgrader(course, "autograde", GRADED, f"--Execute.timeout={CELL_TIMEOUT}", checksum_warnings=1)  # bob's
+    submit(course, "ada", "01_shapes", reference_answers(course, "01_shapes"))
+    submit(course, "hana", "01_shapes", RIGHT)
+    submit(course, "c4_pasted", "01_shapes", {"broadcast_shape": PASTED})
+    nbgrader(course, "autograde", "01_shapes", f"--Execute.timeout={CELL_TIMEOUT}")
     nbgrader(course, "generate_feedback", GRADED)
     nbgrader(course, "release_feedback", GRADED, "--student=hana")  # the one who used the exchange
     nbgrader(course, "fetch_feedback", GRADED, "--course=transformer-shape-first", "--student=hana",
@@ -338,13 +507,15 @@ with Gradebook("sqlite:///gradebook.db") as gradebook:
             for cell in notebook.grade_cells:
                 for grade in cell.grades:
                     student = grade.notebook.assignment.student.id
-                    scores.setdefault(student, {})[cell.name.removesuffix("-test")] = grade.score
+                    scores.setdefault(assignment.name, {}).setdefault(student, {})[
+                        cell.name.removesuffix("-test")] = grade.score
 print(json.dumps(scores))
 """
     done = subprocess.run([str(TEACHER_BIN / "python"), "-c", script], cwd=course,
                           env=teacher_env(course.parent), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    scores = json.loads(done.stdout)
+    return scores
 
 
 def feedback(course: Path, student: str, assignment: str) -> str:
@@ -352,8 +523,39 @@ def feedback(course: Path, student: str, assignment: str) -> str:
 
 
 def test_the_instructors_answers_and_an_honest_learners_get_full_marks(gradebook):
-    assert gradebook["ada"] == FULL[GRADED]
-    assert gradebook["hana"] == FULL[GRADED]
+    assert gradebook[GRADED]["ada"] == FULL[GRADED]
+    assert gradebook[GRADED]["hana"] == FULL[GRADED]
+
+
+def test_honest_answers_in_other_styles_get_full_marks(gradebook):
+    """Methods instead of operators, the allowed helpers of tfmlib (the three-line target_mask
+    of issue 31, which was failed as a copy of the reference), the learner's own answers."""
+    assert gradebook[GRADED]["hal"] == FULL[GRADED]
+    assert gradebook[GRADED]["olga"] == FULL[GRADED]
+    assert gradebook["01_shapes"]["hana"] == FULL["01_shapes"]
+
+
+@pytest.mark.parametrize("student", sorted(TRIED))
+def test_each_class_of_cheat_gets_no_points_and_the_feedback_says_which_rule(course, gradebook, student):
+    """Issue 31's classes of cheats through nbgrader: the verdict is computed outside the kernel,
+    and the rules read the submitted source, so none of them earns a point."""
+    expected = {name: 0 if why else FULL[GRADED][name] for name, (_, why) in TRIED[student].items()}
+    assert gradebook[GRADED][student] == expected
+    text = html.unescape(feedback(course, student, GRADED))
+    for name, (_, why) in TRIED[student].items():
+        if why:
+            section = text.split(f"[FAIL] {name}:", 1)
+            assert len(section) == 2 and why in section[1].split("judged by the grader")[0], (student, name, why)
+
+
+def test_a_pasted_reference_with_renamed_variables_is_a_copy(course, gradebook):
+    """Class 4: broadcast_shape pasted with its names changed and a line left out. The instructor's
+    model answer is the reference's own code: graded, it is a copy too."""
+    assert gradebook["01_shapes"]["c4_pasted"] == {"broadcast_shape": 0}
+    assert gradebook["01_shapes"]["ada"] == {"broadcast_shape": 0}
+    for student in ("c4_pasted", "ada"):
+        assert "of `tfmlib.shapes.broadcast_shape`'s code, in its order (copy)" in \
+            html.unescape((course / "autograded" / student / "01_shapes" / "01_shapes.ipynb").read_text())
 
 
 def test_the_graders_kernel_runs_the_whole_notebook_without_an_error(course, gradebook):
@@ -365,16 +567,16 @@ def test_the_graders_kernel_runs_the_whole_notebook_without_an_error(course, gra
 
 
 def test_right_wrong_and_untouched_answers_get_exactly_their_points(gradebook):
-    assert gradebook["bob"] == {"padding_mask": 1, "causal_mask": 0, "target_mask": 0}
+    assert gradebook[GRADED]["bob"] == {"padding_mask": 1, "causal_mask": 0, "target_mask": 0}
 
 
 def test_a_loop_a_syntax_error_and_a_deleted_test_cell_are_graded_not_fatal(gradebook):
-    assert gradebook["eve"] == {"padding_mask": 0, "causal_mask": 0, "target_mask": 2}
+    assert gradebook[GRADED]["eve"] == {"padding_mask": 0, "causal_mask": 0, "target_mask": 2}
 
 
 def test_answers_that_are_not_the_learners_own_get_no_points_and_the_feedback_says_why(course, gradebook):
     for student, answers in (("carl", CHEATS), ("pam", BUILT_INS)):
-        assert gradebook[student] == {"padding_mask": 0, "causal_mask": 0, "target_mask": 0}, student
+        assert gradebook[GRADED][student] == {"padding_mask": 0, "causal_mask": 0, "target_mask": 0}, student
         text = html.unescape(feedback(course, student, GRADED))
         for name, (_, why) in answers.items():
             assert f"[FAIL] {name}: " in text and why in text, (student, name, why)
@@ -402,7 +604,9 @@ def test_the_learner_fetches_the_feedback_and_the_teacher_exports_the_grades(cou
     rows = list(csv.DictReader(io.StringIO((course / "grades.csv").read_text())))
     # one row per learner per assignment in the gradebook; of the graded one, each learner's score
     graded = {row["student_id"]: float(row["score"]) for row in rows if row["assignment"] == GRADED}
-    assert graded == {student: float(sum(points.values())) for student, points in gradebook.items()}
+    # (a learner graded in 01 only gets a row of 0 for 04 too)
+    assert graded == {student: float(sum(gradebook[GRADED].get(student, {}).values())) for student in graded}
+    assert set(gradebook[GRADED]) <= set(graded)
 def pins(path: Path) -> dict[str, str]:
     lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
     return dict(line.split("==") for line in lines if "==" in line)

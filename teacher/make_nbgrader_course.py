@@ -78,6 +78,10 @@ c.OverwriteCells.add_missing_cells = True
 # A cell that runs longer than this (seconds) is interrupted, and grading goes on.
 # Notebook 10's slowest cell trains a model for about 20 s on a laptop CPU.
 c.Execute.timeout = 120
+# After a cell ends (or is interrupted), how long to wait for its last output. nbgrader fails the
+# whole submission when this runs out, and nbclient's 4 s did on a busy 2-core grader, right after
+# interrupting a cell that looped.
+c.Execute.iopub_timeout = 30
 # The grader's kernel draws no figure: nobody looks at them, and drawing them was up to half
 # of a submission's time (benchmarks/AUTOGRADE.md). Learners' kernels are not affected.
 c.Execute.extra_arguments = ["--InlineBackend.figure_formats=set()"]

@@ -320,11 +320,13 @@ def bwrap_args(folder: Path, cwd: str | None) -> list[str]:
             args += ["--ro-bind", top, top]
     for path in ("/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/nsswitch.conf"):
         args += ["--ro-bind-try", path, path]
+    # The private /tmp first: a Python or a checkout that lives under /tmp (a CI clone) is bound
+    # onto it afterwards, where a tmpfs mounted later would hide it.
+    args += ["--proc", "/proc", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
     for path in readable_paths():
         args += ["--ro-bind", path, path]
     for device in ("null", "zero", "full", "random", "urandom"):
         args += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
-    args += ["--proc", "/proc", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
     if cwd is not None:
         args += ["--ro-bind", cwd, cwd]
     return args + ["--bind", str(folder), str(folder)]
@@ -443,6 +445,10 @@ class CourseProvisioner(LocalProvisioner):
             return self.connection_info
         if self.box is None:
             return await super().launch_kernel(cmd, **kw)
+        # A cell that runs too long is interrupted by a message on the control channel, which the
+        # kernel turns into its own SIGINT: a signal to the process group would reach bubblewrap
+        # first, whose death (--die-with-parent) takes the kernel with it.
+        self.parent.kernel_spec.interrupt_mode = "message"
         log = open(self.box.folder / "kernel.log", "ab")  # not the grader's terminal
         # Not RLIMIT_NPROC here: bubblewrap itself would count the grading account's processes.
         limits = {name: value for name, value in self.limits.items() if name != "RLIMIT_NPROC"}

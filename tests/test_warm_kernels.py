@@ -142,7 +142,9 @@ def test_forked_kernels_give_the_same_points(graded):
 
 def test_forked_kernels_give_the_same_feedback(graded):
     assert graded["warm"][1] == graded["cold"][1]
-    assert any(output[2] == "CellTimeoutError" or "KeyboardInterrupt" in str(output)
+    # the loop was interrupted, so nothing was handed in; the grader's verdict (which replaces the
+    # cell's own outputs) names the time limit among the causes
+    assert any("received nothing" in str(output) and "ran past the time limit" in str(output)
                for cell in graded["warm"][1]["a_loops"] for output in cell), graded["warm"][1]["a_loops"]
 
 

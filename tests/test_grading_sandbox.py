@@ -189,9 +189,12 @@ def test_a_submission_under_another_students_name_is_refused_and_the_victims_own
 
 def test_a_cell_cannot_reach_the_gradebook_or_the_course_and_leaves_no_process(term):
     course = term["course"]
-    assert scores(course)["daemon"] == {"padding_mask": 1, "causal_mask": 0, "target_mask": 0}
+    # The answer is right, but its cell also forks and opens files: the own-work rules (read from the
+    # source, outside the sandbox) give it no point and say why; the sandbox is what stops it running.
+    assert scores(course)["daemon"] == {"padding_mask": 0, "causal_mask": 0, "target_mask": 0}
     assert not (course / "planted.txt").exists()
     printed = "".join(str(output) for cell in test_outputs(course, "daemon") for output in cell)
+    assert "not your own work" in printed, printed
     notebook = nbformat.read(course / "autograded" / "daemon" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     attempts = "".join(o.get("text", "") for o in answer_cells(notebook)["padding_mask"].outputs)
     # The course is not in the sandbox: no solutions to list, and what the cell wrote (if anything:

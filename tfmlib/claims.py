@@ -263,9 +263,10 @@ def _lab_claims() -> dict[str, list[Claim]]:
             Claim("At step 80 it ends at a lower loss on most runs", "lab",
                   lambda r: lower(r, "Pre-LN, no warm-up", "baseline"),
                   lambda r: _replace(r, ("Pre-LN, no warm-up", "loss"), 3.0), MOST, "no warm-up at a lower loss"),
-            Claim("yet it answers more sequences exactly on fewer than half of them", "lab",
+            Claim("yet in exact answers there is no winner: it answers more sequences exactly on some "
+                  "runs and fewer on others", "lab",
                   lambda r: right(r, "Pre-LN, no warm-up", "baseline"),
-                  lambda r: _replace(r, ("Pre-LN, no warm-up", "exact_match"), 1.0), FEWER_THAN_HALF, "no warm-up more right"),
+                  lambda r: _replace(r, ("Pre-LN, no warm-up", "exact_match"), 1.0), NO_WINNER, "no warm-up more right"),
             Claim("**Post-LN** with and without warm-up: no winner in exact answers", "lab",
                   lambda r: right(r, "Post-LN", "Post-LN, no warm-up"),
                   lambda r: _replace(r, ("Post-LN", "exact_match"), 0.0), NO_WINNER, "Post-LN with warm-up more right"),
@@ -334,12 +335,11 @@ def _lab_claims() -> dict[str, list[Claim]]:
 #: The share of the sweep's runs a claim needs: "on most runs" more than half, "no winner"
 #: between a fifth and four fifths (either way), "often" at least a third.
 MOST = (0.51, 1.0)
-FEWER_THAN_HALF = (0.0, 0.49)
 NO_WINNER = (0.2, 0.8)
 OFTEN = (0.33, 1.0)
 SOME_NOT_ALL = (0.01, 0.99)
 #: Ranges stated in the prose, read off the sweep and rounded outward to tens of percent.
-BASELINE_RANGE = (0.1, 0.6)
+BASELINE_RANGE = (0.2, 0.7)
 LR_X10_MOST = 0.2
 SHUFFLED_MSE_WITHIN = 0.25
 

@@ -91,8 +91,10 @@ def _cpu_model() -> str:
 
 def _commit() -> str:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
+    # the sweep's own outputs do not count: a resumed sweep has rewritten them already
+    outputs = [f":!{path.relative_to(ROOT)}" for path in (OUTPUT, TIMES)]
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs],
+                           cwd=ROOT, capture_output=True, text=True).stdout.strip()
     return head + (" (with uncommitted changes)" if dirty else "")
 
 

@@ -519,3 +519,23 @@ def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):
     for chosen in (names, ("no positions",)):
         explorer.update(names=chosen)
         assert_readable(explorer, f"experiment overlay {chosen}")
+
+
+def test_b1_still_outlines_the_row_and_column_its_text_names():
+    from matplotlib.patches import Rectangle
+
+    from tfmlib import LMConfig, init_lm_params
+    from tfmlib.viz import language_model as lm_viz
+
+    text = "two small foxes like the boys."
+    vocab = {c: i for i, c in enumerate(sorted(set(text)))}
+    config = LMConfig(vocab_size=len(vocab), d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=32)
+    params = init_lm_params(config, torch.Generator().manual_seed(0))
+    fig = lm_viz.plot_attention(params, config, vocab, text, head="0", row=(19, "the row that chooses"),
+                                column=(15, "the space after the subject"))
+    boxes = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert [(b.get_y(), b.get_height()) for b in boxes][0] == (18.5, 1)          # row 19, every key
+    assert [(b.get_x(), b.get_width()) for b in boxes][1] == (14.5, 1)           # column 15
+    assert "the space after the subject" in fig.get_supxlabel()
+    assert_readable(fig, "b1's attention still")
+    matplotlib.pyplot.close(fig)

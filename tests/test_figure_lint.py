@@ -406,6 +406,38 @@ def test_a_series_hidden_under_a_later_one_is_caught_and_a_thinner_one_on_top_is
     assert not any("hidden" in p for p in lint_figure(fig))
 
 
+def test_unlabelled_runs_with_markers_hidden_under_a_later_run_are_caught():
+    """10's lab draws its runs unlabelled (one legend names them for the whole figure): "sum"
+    lay under "sum, no positions" at an exact match of 0, its markers under theirs."""
+    fig, ax = new_figure(3)
+    x = np.arange(4.0)
+    ax.plot(x, 0 * x, "-", marker="<", markersize=4, color="#DDCC77", linewidth=1.5)
+    ax.plot(x, 0 * x, "-", marker=">", markersize=4, color="#661100", linewidth=1.5)
+    _one_problem(fig, "the unlabelled line in #ddcc77, marker '<' lies hidden under the unlabelled line in #661100")
+    ax.lines[0].set(linewidth=2.7, markersize=6.5)   # the lab's fix: the one drawn first is wider
+    assert not any("hidden" in p for p in lint_figure(fig))
+    fig, ax = new_figure(3)
+    ax.plot(x, 0 * x, "--", marker="o", markersize=4, color="#000000", linewidth=1.5)
+    ax.plot(x, 0 * x, "--", marker="s", markersize=4, color="#E69F00", linewidth=1.5)   # same dashes
+    _one_problem(fig, "lies hidden under")
+
+
+def test_classroom_minimum_is_checked_on_figures_meant_for_projection():
+    from tfmlib.viz.lint import classroom_problems
+    from tfmlib.viz.style import CLASSROOM_CELL_PX, for_projection
+
+    tokens = [f"t{i}" for i in range(30)]
+    fig, ax = new_figure(3.0, 4.0)
+    attention_heatmap(ax, torch.full((30, 30), 1 / 30), tokens, tokens)       # ~7 px tiles
+    assert not any("too small to project" in p for p in lint_figure(fig))    # not marked: fine
+    assert "below the classroom's" in " ".join(classroom_problems(fig))
+    for_projection(fig)
+    _one_problem(fig, "tiles too small to project")
+    fig, ax = new_figure(5.0, COLUMN_IN)
+    attention_heatmap(ax, torch.full((6, 6), 1 / 6), tokens[:6], tokens[:6])
+    assert classroom_problems(for_projection(fig)) == [] and CLASSROOM_CELL_PX > 16
+
+
 def test_a_level_named_in_a_title_but_not_drawn_is_caught():
     fig, ax = new_figure(3)
     ax.plot(np.arange(10), np.linspace(3, 0.6, 10), color="black", label="loss")

@@ -101,6 +101,39 @@ def test_broadcast_diagram_marks_repeated_cells():
     assert viz_shapes.parse_shape("(2, 3)") == (2, 3) and viz_shapes.parse_shape("") == ()
 
 
+def test_broadcast_result_cells_show_the_a_and_b_elements_they_combine():
+    """Each cell of a + b is drawn in two halves: the colour of the a element it reads (left)
+    and of the b element (right), the same colours as those cells in the operands' panels."""
+    a, b, result = (3, 1), (4,), (3, 4)
+    a_image = viz_shapes.operand_image(a, result, viz_shapes.OPERAND_HUES["a"])
+    b_image = viz_shapes.operand_image(b, result, viz_shapes.OPERAND_HUES["b"])
+    both = viz_shapes.result_image(result, a, b)
+    cell, half = viz_shapes.CELL, viz_shapes.CELL // 2
+    for row in range(3):
+        for col in range(4):
+            y, x = row * cell + 3, col * cell                # inside cell (row, col)
+            assert np.allclose(both[y, x + 2], a_image[y, x + 2])              # left half: a's element
+            assert np.allclose(both[y, x + half + 2], b_image[y, x + half + 2])  # right half: b's
+    assert not np.allclose(a_image[3, 2], b_image[3, 2])
+
+
+def test_broadcast_diagram_names_the_grid_axes_and_marks_a_clashing_axis():
+    explorer = viz_shapes.broadcast_explorer(a="2, 3, 4", b="3, 4")
+    names = explorer.diagram.names[0]
+    assert [names[axis].get_text() for axis in (-1, -2, -3, -4)] == ["axis -1 →", "axis -2 →", "axis -3 →", ""]
+    assert all(len(mark.get_xdata()) == 0 for mark in explorer.diagram.marks)    # nothing clashes
+    explorer.update(a="2, 3, 4", b="2, 3")           # axis -1: 4 against 3
+    for panel in (0, 1):
+        assert explorer.diagram.names[panel][-1].get_color() == viz_shapes.ERROR_COLOUR
+        assert explorer.diagram.names[panel][-2].get_color() == viz_shapes.GUIDE_COLOUR
+        xs, ys = explorer.diagram.marks[panel].get_data()
+        assert len(xs) == 2 and ys[0] == ys[1] == 0   # a bar along the top: axis -1
+    assert "axis -1 is 4" in explorer.diagram.titles[0].get_text()
+    explorer.update(a="2, 2, 3, 3", b="3, 3, 3")     # axis -3: 2 against 3, grids side by side
+    xs, ys = explorer.diagram.marks[1].get_data()
+    assert xs[1] - xs[0] > 3 * 3 * viz_shapes.CELL    # the bar spans b's three grids
+
+
 def test_plot_broadcast_draws_a_static_figure():
     fig = viz_shapes.plot_broadcast((2, 3, 4), (3, 4))
     assert len(fig.axes) == 3

@@ -115,3 +115,31 @@ def test_time_per_token_measures_both_ways():
     for use_cache in (True, False):
         seconds = gen_viz.time_per_token(params, config, [4, 16, 32], use_cache, repeats=2)
         assert len(seconds) == 3 and all(s > 0 for s in seconds)
+
+
+def test_marked_tokens_are_shaded_and_the_tails_mass_is_written_at_both_temperatures():
+    """b2 asks the reader to compare the tail (every token but i and o) at T = 1 and T = 2:
+    the figure shades i and o and writes the tail's mass at both, as the softmax gives it."""
+    logits = torch.tensor([5.0, 4.0] + [-2.0 - 0.2 * i for i in range(len(LABELS) - 2)])
+    fig = gen_viz.plot_filters(logits, LABELS, 2.0, 3, 0.7, log=True, mark=(" ", "."),
+                               mark_name="the two likely ones")
+    note = " ".join(t.get_text() for t in fig.axes[0].texts)
+    for temperature in (1.0, 2.0):
+        tail = 1 - torch.softmax(logits / temperature, dim=-1)[:2].sum().item()
+        assert f"{tail:.3f} at T = {temperature:g}" in note
+    shaded = [patch for patch in fig.axes[1].patches if patch.get_facecolor()[:3] != (1.0, 1.0, 1.0)]
+    assert len(shaded) == 2
+    assert lint_figure(fig) == []
+    matplotlib.pyplot.close("all")
+
+
+def test_the_notebooks_still_setting_makes_every_stage_remove_something():
+    """b2's still (T 0.5, k 4, p 0.7) on a distribution like its own: the temperature changes
+    the bars, top-k drops tokens, and top-p drops one more."""
+    probs = torch.full((len(LABELS),), 1e-4)
+    for token, p in dict(b=.24, f=.23, c=.2, d=.14, g=.12, s=.02, l=.01).items():
+        probs[LABELS.index(token)] = p
+    stages = gen_viz.filter_stages(probs.log(), 0.5, 4, 0.7)
+    kept = [int(mask.sum()) for mask in gen_viz.filter_kept(probs.log(), 0.5, 4, 0.7)]
+    assert not torch.allclose(stages[0], probs / probs.sum(), atol=0.02)     # T sharpened them
+    assert kept[1] == 4 < kept[0] and kept[2] < kept[1]                      # k and p each drop some

@@ -22,13 +22,13 @@ pytest.importorskip("ipywidgets")
 from tfmlib import (add_positional_encoding, build_vocab, embed, encode_batch,  # noqa: E402
                     init_decoder_layer_params, init_encoder_layer_params, padding_mask,
                     sinusoidal_positional_encoding, target_mask)
-from tfmlib.training import ModelConfig, init_model, train  # noqa: E402
+from tfmlib.training import VOCAB, ModelConfig, init_model, train  # noqa: E402
 from tfmlib.adam import warmup_steps_for  # noqa: E402
 from tfmlib.viz import adam as adam_viz  # noqa: E402
 from tfmlib.viz import encoder_decoder as ed_viz  # noqa: E402
 from tfmlib.viz import style  # noqa: E402
 from tfmlib.viz import training as tr_viz  # noqa: E402
-from tfmlib.viz.lint import assert_readable  # noqa: E402
+from tfmlib.viz.lint import assert_readable, lint_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,6 +146,23 @@ def test_stack_widget_labels_tokens_and_greys_padded_keys(stack):
     np.testing.assert_allclose(rgba[:, padded], np.broadcast_to(grey, (8, 3, 4)))
     assert not np.allclose(rgba[:, :5], grey)
     assert (rgba[:, 8, 3] == 0).all()                       # the gap between the two heads
+
+
+def test_decoder_rows_are_labelled_by_the_token_written_there(stack):
+    """08 labels a decoder's query rows as notebook 10 does: by the token written there, one
+    step after the token read there (<bos> ich liebe nlp <pad> -> ich liebe nlp <eos> <pad>)."""
+    assert ed_viz.written_tokens(["<bos>", "ich", "liebe", "nlp", "<pad>", "<pad>"]) == \
+        ["ich", "liebe", "nlp", "<eos>", "<pad>", "<pad>"]
+    queries, keys = stack.tokens("decoder_cross", 1)
+    assert queries == ed_viz.written_tokens(stack.tgt_tokens[1]) and keys == stack.src_tokens[1]
+    queries, keys = stack.tokens("decoder_self", 1)
+    assert queries[0] == stack.tgt_tokens[1][1] and keys == stack.tgt_tokens[1]
+    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer.update(layers=1, heads=1, kind="decoder cross-attention", sample=1)
+    assert style.WRITTEN_QUERY_LABEL in explorer.view.row_name.get_text()
+    assert explorer.view.title.get_text().startswith("UNTRAINED")
+    shown = [t.get_text() for t in explorer.view.labels if t.get_visible()]
+    assert shown[:len(queries)] == queries
 
 
 def test_stack_widget_causal_tiles_grey_the_future(stack):
@@ -421,6 +438,66 @@ def test_the_regressors_mse_gets_its_own_panel(lab_results):
     matplotlib.pyplot.close("all")
 
 
+def _lab_records(names, zero=()):
+    """Made-up records for `names` x 2 seeds; the `zero` experiments never answer exactly."""
+    g = torch.Generator().manual_seed(1)
+    results = {}
+    for i, name in enumerate(names):
+        for seed in (0, 1):
+            match = [0.0, 0.0] if name in zero else torch.rand(2, generator=g).tolist()
+            results[name, seed] = {"name": name, "seed": seed, "step": list(range(1, 41)),
+                                   "loss": (2.0 * torch.rand(40, generator=g) + 1.0 + 0.1 * i).tolist(),
+                                   "eval_step": [20, 40], "exact_match": match}
+    return results
+
+
+def test_lab_figures_show_what_their_text_names():
+    """10's lab: a run under another at 0 still shows; label smoothing's floor is drawn; a claim
+    comparing two experiments draws them strong and the others faded; every marker differs."""
+    names = ["sum", "sum, no positions"]
+    fig = tr_viz.plot_experiments(_lab_records(names, zero=names), names)
+    match_ax = fig.axes[-1]
+    assert not any("hidden" in p for p in lint_figure(fig))           # both at 0, both seen
+    under, over = match_ax.get_lines()[0], match_ax.get_lines()[2]      # "sum" and "sum, no positions", seed 0
+    assert under.get_linewidth() > over.get_linewidth() and under.get_markersize() > over.get_markersize()
+    matplotlib.pyplot.close(fig)
+    fig = tr_viz.plot_experiments(_lab_records(["baseline", "label smoothing 0.1"]), ["baseline", "label smoothing 0.1"])
+    from tfmlib.experiments import smoothed_loss_floor
+    floor = smoothed_loss_floor(0.1, len(VOCAB))
+    assert any(np.allclose(line.get_ydata(), floor) for line in fig.axes[0].get_lines())
+    assert_readable(fig, "label smoothing's figure")
+    matplotlib.pyplot.close(fig)
+    four = ["baseline", "Pre-LN, no warm-up", "Post-LN", "Post-LN, no warm-up"]
+    fig = tr_viz.plot_experiments(_lab_records(four), four, compare=four[:2])
+    alphas = {line.get_color(): line.get_alpha() for line in fig.axes[1].get_lines()}
+    assert [alphas[style.experiment_colour(n)] for n in four] == [1.0, 1.0, tr_viz.FADED_ALPHA, tr_viz.FADED_ALPHA]
+    assert_readable(fig, "Pre-LN's figure")
+    matplotlib.pyplot.close(fig)
+    markers = [style.experiment_marker(name) for name in style.EXPERIMENT_COLOURS]
+    assert len(set(markers)) == len(markers)
+    assert style.experiment_marker("label smoothing 0.1") != style.experiment_marker("baseline")
+
+
+def test_training_curves_draw_the_levels_of_a_blind_guess():
+    history = {"step": [1, 2, 3], "loss": [3.0, 2.0, 0.5], "eval_step": [3], "exact_match": [0.5]}
+    fig = tr_viz.plot_training_curves(history)
+    levels = [line.get_ydata()[0] for line in fig.axes[0].get_lines()[1:]]
+    np.testing.assert_allclose(levels, [np.log(len(VOCAB)), np.log(10)])
+    assert_readable(fig, "training curves")
+    matplotlib.pyplot.close(fig)
+
+
+def test_experiment_overlay_gives_each_task_its_own_panels():
+    names = ["baseline", "no positions", "sum", "sum, no positions"]
+    explorer = tr_viz.ExperimentOverlay(_lab_records(names), names, selected=("baseline",))
+    assert list(explorer.task_panels) == ["reverse", "sum"]
+    for name in names:
+        panels = explorer.task_panels[tr_viz.lab_task(name)]
+        assert all(line.axes in (panels["loss"], panels["match"]) for run in explorer.lines[name] for line in run)
+    explorer.update(names=names)                                  # "select all": no task mixed
+    assert_readable(explorer, "overlay of both tasks")
+
+
 def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):
     names = ["baseline", "no positions", "1 head"]
     explorer = tr_viz.ExperimentOverlay(lab_results, names, selected=("baseline",))
@@ -442,3 +519,23 @@ def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):
     for chosen in (names, ("no positions",)):
         explorer.update(names=chosen)
         assert_readable(explorer, f"experiment overlay {chosen}")
+
+
+def test_b1_still_outlines_the_row_and_column_its_text_names():
+    from matplotlib.patches import Rectangle
+
+    from tfmlib import LMConfig, init_lm_params
+    from tfmlib.viz import language_model as lm_viz
+
+    text = "two small foxes like the boys."
+    vocab = {c: i for i, c in enumerate(sorted(set(text)))}
+    config = LMConfig(vocab_size=len(vocab), d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=32)
+    params = init_lm_params(config, torch.Generator().manual_seed(0))
+    fig = lm_viz.plot_attention(params, config, vocab, text, head="0", row=(19, "the row that chooses"),
+                                column=(15, "the space after the subject"))
+    boxes = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert [(b.get_y(), b.get_height()) for b in boxes][0] == (18.5, 1)          # row 19, every key
+    assert [(b.get_x(), b.get_width()) for b in boxes][1] == (14.5, 1)           # column 15
+    assert "the space after the subject" in fig.get_supxlabel()
+    assert_readable(fig, "b1's attention still")
+    matplotlib.pyplot.close(fig)

@@ -18,7 +18,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
 from ..encoder_decoder import encoder, stack_attention_weights
-from ..tokenization import invert_vocab
+from ..tokenization import EOS, PAD, invert_vocab
 from . import style
 from .common import Explorer, place_axis_names
 from .textcache import cache_text
@@ -28,18 +28,27 @@ KINDS = {"encoder self-attention": "encoder",
          "decoder cross-attention": "decoder_cross"}
 HEAD_CHOICES = (1, 2, 4)   # 4 heads of 8 keys still leave room for a token under every column
 MAX_LAYERS = 3             # 3 layers of 8 queries still leave room for a token beside every row
-FIGSIZE = (style.COLUMN_IN, 6.0)
+FIGSIZE = (style.COLUMN_IN, 5.8)
 # The axes' box in figure fractions, fixed for every setting: room on the left for the query
 # tokens, below for the key tokens, above for the title and head names, right for the
-# layer names and the colour bar.
-AXES_BOX = (0.19, 0.27, 0.665, 0.6)
-COLOURBAR_BOX = (0.905, 0.27, 0.018, 0.6)
+# layer names and the colour bar. The default setting (2 layers x 4 heads, 17 rows x 35 columns
+# of cells) fills its width with cells of the classroom size (style.CLASSROOM_CELL_PX); 3 layers
+# of 8 rows fill its height with rows a token label still fits beside.
+AXES_BOX = (0.155, 0.245, 0.695, 0.608)
+COLOURBAR_BOX = (0.90, 0.245, 0.018, 0.608)
 
 
 def token_rows(ids: torch.Tensor, vocab: dict) -> list[list[str]]:
     """(B, L) ids -> B lists of L tokens."""
     id_to_token = invert_vocab(vocab)
     return [[id_to_token[i] for i in row] for row in ids.tolist()]
+
+
+def written_tokens(decoder_input: list[str]) -> list[str]:
+    """The token a decoder writes at each position of its input (<bos> w1 ... wn <pad> ...):
+    the next one, w1 ... wn, then <eos> where the input's last word stands, <pad> after it."""
+    words = [token for token in decoder_input if token != PAD]
+    return words[1:] + [EOS] + [PAD] * (len(decoder_input) - len(words))
 
 
 @dataclass
@@ -84,9 +93,12 @@ class StackAttention:
         return ~mask
 
     def tokens(self, kind: str, sample: int) -> tuple[list[str], list[str]]:
-        """(query tokens, key tokens) of one sample for one kind of attention."""
+        """(query tokens, key tokens) of one sample for one kind of attention. A decoder's
+        queries are labelled by the token written there (`written_tokens`), as in notebook
+        10; its self-attention keys by the token read there."""
         src, tgt = self.src_tokens[sample], self.tgt_tokens[sample]
-        return {"encoder": (src, src), "decoder_self": (tgt, tgt), "decoder_cross": (tgt, src)}[kind]
+        written = written_tokens(tgt)
+        return {"encoder": (src, src), "decoder_self": (written, tgt), "decoder_cross": (written, src)}[kind]
 
 
 def tile(maps: list[torch.Tensor], sample: int, blocked=None) -> np.ma.MaskedArray:
@@ -142,7 +154,7 @@ class StackPicture:
         bar = fig.colorbar(scale, cax=fig.add_axes(COLOURBAR_BOX), ticks=[0, 0.5, 1])
         bar.set_label(style.ATTENTION_CBAR_LABEL, fontsize=style.LABEL_PT)
         bar.ax.tick_params(labelsize=style.TICK_PT)
-        self.title = fig.text(0.5, 0.975, "", ha="center", va="top", fontsize=style.TITLE_PT)
+        self.title = fig.text(0.5, 0.995, "", ha="center", va="top", fontsize=style.TITLE_PT)
         longest = MAX_LAYERS * 8 + max(HEAD_CHOICES) * 8     # a label for every row and column
         text = dict(fontsize=style.TICK_PT, clip_on=False)
         self.labels = [self.ax.text(0, 0, "", **text) for _ in range(longest + 16)]
@@ -180,13 +192,8 @@ class StackPicture:
 
 
 def _title(kind_label: str, sample_name: str, layers: int, heads: int, lq: int, lk: int) -> str:
-    return (f"untrained weights: {kind_label}, '{sample_name}'\n"
-            f"{layers} layer(s) x {heads} head(s); each tile {lq} queries x {lk} keys")
-
-
-#: A decoder's query row is labelled by the token the decoder reads there (its input, from
-#: <bos>), not by the token it writes there, as notebook 10's map of a trained model does.
-DECODER_QUERY_LABEL = "query (decoder input)"
+    return (f"UNTRAINED: random weights, so no pattern here means anything yet\n{kind_label}, "
+            f"'{sample_name}'\n{layers} layer(s) x {heads} head(s); each tile {lq} queries x {lk} keys")
 
 
 def _setting_picture(stack, picture, layers, heads, kind_label, sample, maps) -> None:
@@ -195,7 +202,7 @@ def _setting_picture(stack, picture, layers, heads, kind_label, sample, maps) ->
     canvas = tile(maps, sample, stack.blocked(kind, sample))
     picture.draw(canvas, layers, heads, queries, keys,
                  _title(kind_label, stack.sample_names[sample], layers, heads, len(queries), len(keys)),
-                 style.QUERY_LABEL if kind == "encoder" else DECODER_QUERY_LABEL)
+                 style.QUERY_LABEL if kind == "encoder" else style.WRITTEN_QUERY_LABEL)
 
 
 def plot_stack_attention(stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
@@ -207,7 +214,7 @@ def plot_stack_attention(stack: StackAttention, num_layers: int = 2, num_heads: 
     picture = StackPicture(fig)
     _setting_picture(stack, picture, num_layers, num_heads, kind, sample,
                      stack.maps(num_layers, num_heads, KINDS[kind]))
-    return fig
+    return style.for_projection(fig)
 
 
 class StackAttentionExplorer(Explorer):

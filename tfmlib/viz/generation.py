@@ -162,14 +162,39 @@ def samples_html(ids: list[int], labels) -> str:
 
 
 def plot_filters(logits: torch.Tensor, labels, temperature: float = 1.0, k: int | None = None,
-                 p: float = 1.0, log: bool = False):
+                 p: float = 1.0, log: bool = False, mark=(), mark_name: str = ""):
     """Static figure: the distribution of `logits` (V,) before the filters, after top-k and after
-    top-p (k None: the whole vocabulary); `log`: probabilities on a log scale, to show the tail."""
+    top-p (k None: the whole vocabulary); `log`: probabilities on a log scale, to show the tail.
+
+    mark: tokens the text asks the reader to find (e.g. the two that make a word), `mark_name`
+    what they are: their columns are shaded in every panel, their labels in the highlight
+    colour, and the first panel writes what all the other tokens (the tail) hold together at
+    T = 1 and at `temperature`."""
     k = len(labels) if k is None else k
     fig, panels = _new_panels(labels, pyplot=True, log=log)
     panels.draw(filter_stages(logits, temperature, k, p), filter_kept(logits, temperature, k, p),
                 temperature, k, p, next_token_probs(logits))
+    if mark:
+        _mark_tokens(panels.axes, list(labels), mark, mark_name, logits, temperature)
     return fig
+
+
+def _mark_tokens(axes, labels: list, mark, mark_name: str, logits, temperature: float) -> None:
+    """Shade the columns of the `mark` tokens in every panel, colour their labels, and write the
+    tail's mass (every other token) at T = 1 and at `temperature` in the first panel."""
+    where = [labels.index(token) for token in mark]
+    for ax in axes:
+        for i in where:
+            ax.axvspan(i - 0.5, i + 0.5, color=style.HIGHLIGHT_FILL, zorder=0, linewidth=0)
+    for i, label in enumerate(axes[-1].get_xticklabels()):
+        if i in where:
+            label.set(color=style.HIGHLIGHT_COLOUR, fontweight="bold")
+    others = torch.ones(len(labels), dtype=torch.bool)
+    others[where] = False
+    tail = [next_token_probs(logits, t)[others].sum().item() for t in (1.0, temperature)]
+    axes[0].text(0.99, 0.95, f"shaded: {mark_name}\nall the other tokens together: "
+                 f"{tail[0]:.3f} at T = 1 (grey), {tail[1]:.3f} at T = {temperature:g}",
+                 transform=axes[0].transAxes, ha="right", va="top", fontsize=style.TICK_PT)
 
 
 class FilterExplorer(Explorer):

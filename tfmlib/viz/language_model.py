@@ -67,10 +67,26 @@ def attention_of(params: dict, config, vocab: dict, text: str) -> list[torch.Ten
     return [w[0] for w in lm_attention_weights(params, ids, config)]       # per block (H, L, L)
 
 
-def plot_attention(params: dict, config, vocab: dict, text: str, layer: int = 0, head: str = "mean"):
-    """Static version of the widget's view."""
+def plot_attention(params: dict, config, vocab: dict, text: str, layer: int = 0, head: str = "mean",
+                   row: tuple[int, str] | None = None, column: tuple[int, str] | None = None):
+    """Static version of the widget's view. `row`, `column`: (index, what it is), the query row
+    and the key column that the text asks the reader to find, outlined in the highlight colour
+    and named below the map."""
+    from matplotlib.patches import Rectangle
+
     fig, ax = style.new_figure(6.0, 7.0)
     _AttentionView(fig, ax, len(text)).draw(text, attention_of(params, config, vocab, text), layer, head)
+    notes = []
+    for mark, box in ((row, lambda i: ((-0.5, i - 0.5), len(text), 1)),
+                      (column, lambda j: ((j - 0.5, -0.5), 1, len(text)))):
+        if mark is not None:
+            xy, width, height = box(mark[0])
+            ax.add_patch(Rectangle(xy, width, height, fill=False, edgecolor=style.HIGHLIGHT_COLOUR,
+                                   linewidth=2.5, clip_on=False))
+            notes.append(mark[1])
+    if notes:
+        fig.supxlabel("outlined: " + "; ".join(notes), fontsize=style.TICK_PT,
+                      color=style.GUIDE_COLOUR)
     return fig
 
 

@@ -24,7 +24,9 @@ figure's dpi) and returns a list of problems, empty when the figure is fine:
   idea in one figure of a notebook and something else in the same or another figure of it
   (`NotebookColours`, which the nbval plugin and the gallery keep for each notebook);
 * a count in a title that disagrees with what is drawn: "4 heads" above 3 panels, or
-  "5 tokens" above a map of 6 columns (see `_title_counts` for what is counted, and where).
+  "5 tokens" above a map of 6 columns (see `_title_counts` for what is counted, and where);
+* on a figure meant for projection (`style.for_projection`), a map of tokens whose tiles are
+  below the classroom minimum `CLASSROOM_CELL_PX` (`classroom_problems`).
 
 Only what a draw paints counts: tick labels outside the view limits exist but are not
 drawn, and invisible or empty texts are skipped. Overlaps of texts turned by other than a
@@ -47,10 +49,13 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.cm import ScalarMappable
 from matplotlib.text import Text
 
-from .style import ALLOWED_CMAPS, COLUMN_PX, DPI, IDEA_COLOURS, MIN_FONT_PT
+from .style import ALLOWED_CMAPS, CLASSROOM_CELL_PX, COLUMN_PX, DPI, IDEA_COLOURS, MIN_FONT_PT
 
 SLACK_PX = 1.0     # rounding of glyph boxes: a box may poke out or overlap by this much
 SQUARE_TOLERANCE = 0.05   # a map's cell may be this much wider than tall, or taller than wide
+#: A map of at most this many cells along either side is read cell by cell, by its tokens (an
+#: attention map, a mask, 08's tiles); a larger one (03's positional table) by its pattern.
+TOKEN_MAP_CELLS = 40
 
 
 def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT_PT) -> list[str]:
@@ -89,6 +94,8 @@ def lint_figure(fig, column_px: float = COLUMN_PX, min_font_pt: float = MIN_FONT
     for legend in _legends(fig):
         problems += _same_looking_entries(legend)
     problems += _title_counts(fig)
+    if getattr(fig, "for_projection", False):
+        problems += classroom_problems(fig)
     names = {_cmap_in_use(artist) for artist in _visible(fig, ScalarMappable)} - {None}
     for name in sorted(names - ALLOWED_CMAPS):
         problems.append(f"colour map {name!r} is not in the course style "
@@ -149,6 +156,32 @@ class NotebookColours:
                 problems.append(f"the colour {colour} is the {idea}'s in this notebook, and here or in another "
                                 f"of its figures also names {', '.join(repr(o) for o in others)}")
         return problems
+
+
+def classroom_problems(fig) -> list[str]:
+    """Maps of tokens (at most `TOKEN_MAP_CELLS` cells a side) whose tiles, as drawn at the
+    figure's dpi, are below `CLASSROOM_CELL_PX`: projected, their token labels cannot be told
+    apart from the back row (style.py, "Classroom"). `lint_figure` runs it on every figure
+    marked `style.for_projection`; a widget's test runs it on the widget's first frame."""
+    _draw(fig)
+    problems = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for image in ax.images:
+            rows, cols = image.get_array().shape[:2]
+            if not image.get_visible() or max(rows, cols) > TOKEN_MAP_CELLS:
+                continue
+            x0, x1, y0, y1 = image.get_extent()
+            (px0, py0), (px1, py1) = ax.transData.transform([(x0, y0), (x1, y1)])
+            scale = DPI / fig.dpi                        # as shown at the course's dpi
+            width, height = abs(px1 - px0) / cols * scale, abs(py1 - py0) / rows * scale
+            if min(width, height) < CLASSROOM_CELL_PX - 0.05:
+                where = _name(ax.title) if ax.get_title() else "an untitled axes"
+                problems.append(f"tiles too small to project: the map under {where} has cells of "
+                                f"{width:.1f} x {height:.1f} px, below the classroom's "
+                                f"{CLASSROOM_CELL_PX:.1f} px (style.CLASSROOM_CELL_PX)")
+    return problems
 
 
 def lint_explorer(explorer) -> list[str]:
@@ -389,27 +422,35 @@ def _same_colour_series(ax) -> list[str]:
     return problems
 
 
+def _has_markers(line) -> bool:
+    return line.get_marker() not in (None, "None", "none", "", " ")
+
+
 def _hidden_series(ax) -> list[str]:
-    """A labelled line whose every point lies within a pixel of a later line's, drawn as wide
-    or wider and not see-through: the reader sees one line where the legend promises two."""
+    """A data series whose every point lies within a pixel of a later line's, drawn as wide or
+    wider (and its markers as large or larger), with the same dashes or solid, and not
+    see-through: the reader sees one line where the legend promises two. A series is a
+    labelled line, or a line with markers (the lab's runs, which a figure-wide legend names)."""
     lines = [line for line in ax.lines if line.get_visible() and len(line.get_xydata()) >= 2
              and (line.get_alpha() is None or line.get_alpha() > 0.5)
              and line.get_linestyle() not in ("None", "none", "", " ")]
     problems = []
     for i, under in enumerate(lines):
         label = under.get_label()
-        if not label or label.startswith("_"):
+        if (not label or label.startswith("_")) and not _has_markers(under):
             continue
         points = under.get_transform().transform(under.get_xydata().astype(float))
         for over in lines[i + 1:]:
             if over.get_zorder() < under.get_zorder() or over.get_linewidth() < under.get_linewidth():
                 continue
-            if over.get_linestyle() not in ("-", "solid"):
+            if over.get_linestyle() not in ("-", "solid", under.get_linestyle()):
+                continue
+            if _has_markers(under) and (not _has_markers(over) or over.get_markersize() < under.get_markersize()):
                 continue
             other = over.get_transform().transform(over.get_xydata().astype(float))
             if len(other) == len(points) and np.all(np.abs(other - points) <= 1.0):
-                problems.append(f"{label!r} lies hidden under {_name_of_line(over)}: the same points, "
-                                f"drawn over it as wide or wider")
+                problems.append(f"{_name_of_line(under)} lies hidden under {_name_of_line(over)}: the "
+                                "same points, drawn over it as wide or wider")
                 break
     return problems
 
@@ -512,7 +553,10 @@ def _title_counts(fig) -> list[str]:
 
 def _name_of_line(line) -> str:
     label = line.get_label()
-    return repr(label) if label and not label.startswith("_") else "an unlabelled line"
+    if label and not label.startswith("_"):
+        return repr(label)
+    marker = f", marker {line.get_marker()!r}" if _has_markers(line) else ""
+    return f"the unlabelled line in {to_hex(line.get_color())}{marker}"
 
 
 def _overlap(a, b) -> bool:

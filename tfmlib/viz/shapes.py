@@ -1,13 +1,16 @@
 """Plots and the broadcast explorer of notebook 01 (shapes and broadcasting).
 
-The broadcasting diagram draws each operand *as it is read* at the result's
-shape: each operand has its own hue (a blue, b vermillion), every element of it
-its own shade of that hue, the cells where it is really stored are drawn solid,
-and the cells where broadcasting reads the same element again (a size-1 or
-missing axis, repeated) are drawn in a lighter tint of that shade. Each panel is
-one RGB image, so a redraw is three `set_data` calls and one PNG render. A shape
-too large to show with cells of at least `MIN_CELL_PX` pixels is cut: the first
-slices of axes -4 and -3 are drawn, and the panel's title says how many.
+The broadcasting diagram draws `a + b = result` as three panels side by side, each operand
+*as it is read* at the result's shape: each operand has its own hue (a orange, b teal), every
+element of it its own shade of that hue, the cells where it is really stored are drawn solid,
+and the cells where broadcasting reads the same element again (a size-1 or missing axis,
+repeated) are drawn in a lighter tint of that shade. Each cell of the result shows the two
+elements it combines, a's in its left half and b's in its right. The axes are named on the
+grids (axis -1 along the top, -2 down the side), and when the shapes do not broadcast, the
+clashing axis is named in red and barred in both operands. Each panel is one RGB image, so a
+redraw is three `set_data` calls, a few texts and one PNG render. A shape too large to show
+with cells of at least `MIN_CELL_PX` pixels is cut: the first slices of axes -4 and -3 are
+drawn, and a note says how many.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import numpy as np
 
 from ..shapes import broadcast_shape
 from .common import DPI, Explorer
-from .style import ERROR_COLOUR, GUIDE_COLOUR, PAIR_COLOURS, TICK_PT, TITLE_PT, new_figure
+from .style import ERROR_COLOUR, GUIDE_COLOUR, PAIR_COLOURS, TICK_PT, TITLE_PT
 
 MAX_AXES = 4     # the diagram draws shapes of up to 4 axes ...
 MAX_SIZE = 8     # ... with at most 8 elements along each
@@ -29,7 +32,6 @@ CELL = 12        # pixels per cell in a panel's image
 GAP = 6          # pixels between two slices of a 3-D or 4-D shape
 LIGHTEN = 0.62   # how far a repeated cell's colour is mixed towards white
 EDGE = np.array([0.35, 0.35, 0.35])
-RESULT_COLOUR = np.array([0.55, 0.55, 0.60])
 #: The hue of each operand: a orange, b teal (style.PAIR_COLOURS), never the same colours, and
 #: not the query's blue and the key's vermillion.
 OPERAND_HUES = dict(zip("ab", PAIR_COLOURS["operands"]))
@@ -82,9 +84,10 @@ def operand_cells(shape, result):
     return source, stored
 
 
-def grid_image(colours: np.ndarray) -> np.ndarray:
+def grid_image(colours: np.ndarray, right: np.ndarray | None = None) -> np.ndarray:
     """(s0, s1, s2, s3, 3) cell colours -> one RGB image of s2 x s3 grids: the s1 slices of
-    axis -3 side by side, the s0 slices of axis -4 one below the other."""
+    axis -3 side by side, the s0 slices of axis -4 one below the other. `right`, of the same
+    shape: each cell's right half in these colours (a + b: the a element left, the b right)."""
     s0, s1, s2, s3, _ = colours.shape
     block_h, block_w = s2 * CELL + 1, s3 * CELL + 1
     image = np.ones((s0 * block_h + (s0 - 1) * GAP, s1 * block_w + (s1 - 1) * GAP, 3))
@@ -93,6 +96,11 @@ def grid_image(colours: np.ndarray) -> np.ndarray:
             top, left = a * (block_h + GAP), b * (block_w + GAP)
             block = image[top: top + block_h, left: left + block_w]      # a view into image
             block[:-1, :-1] = np.repeat(np.repeat(colours[a, b], CELL, axis=0), CELL, axis=1)
+            if right is not None:
+                halves = np.repeat(np.repeat(right[a, b], CELL, axis=0), CELL, axis=1)
+                halves = halves.reshape(s2 * CELL, s3, CELL, 3)
+                cells = block[:-1, :-1].reshape(s2 * CELL, s3, CELL, 3)  # a view: per cell
+                cells[:, :, CELL // 2:] = halves[:, :, CELL // 2:]
             block[::CELL, :] = EDGE                                      # horizontal cell borders
             block[:, ::CELL] = EDGE                                      # vertical cell borders
     return image
@@ -109,14 +117,20 @@ def operand_colours(n: int, hue) -> np.ndarray:
     return np.where(shade < 0, base + (-shade) * (1 - base), base * (1 - shade))
 
 
+def read_colours(shape, result, hue) -> np.ndarray:
+    """(s0, s1, s2, s3, 3): the colour of the operand element each cell of `result` reads,
+    in shades of `hue`, solid where it is stored and light where it is read again."""
+    source, stored = operand_cells(shape, result)
+    colours = operand_colours(max(math.prod(shape), 1), hue)[source]       # (*result, 3)
+    colours = np.where(stored[..., None], colours, colours + LIGHTEN * (1 - colours))
+    return colours.reshape(*_as_4d(result), 3)
+
+
 def operand_image(shape, result, hue=OPERAND_HUES["a"], cut=None) -> np.ndarray:
     """RGB image of an operand read at the `result` shape (stored cells solid, repeats light),
     in shades of `hue`; `cut` (k4, k3): draw only the first k4 slices of axis -4 and the
     first k3 of axis -3 (see `cut_for`)."""
-    source, stored = operand_cells(shape, result)
-    colours = operand_colours(max(math.prod(shape), 1), hue)[source]       # (*result, 3)
-    colours = np.where(stored[..., None], colours, colours + LIGHTEN * (1 - colours))
-    return grid_image(_cut(colours.reshape(*_as_4d(result), 3), cut))
+    return grid_image(_cut(read_colours(shape, result, hue), cut))
 
 
 def _cut(colours: np.ndarray, cut) -> np.ndarray:
@@ -146,9 +160,12 @@ def _cut_note(result, cut) -> str:
     return ("too large to show every slice: " + ", ".join(parts) + " drawn") if parts else ""
 
 
-def result_image(result, cut=None) -> np.ndarray:
-    colours = np.broadcast_to(RESULT_COLOUR, (*_as_4d(result), 3))
-    return grid_image(_cut(np.ascontiguousarray(colours), cut))
+def result_image(result, shape_a, shape_b, cut=None) -> np.ndarray:
+    """RGB image of `a op b` at the `result` shape: each cell in two halves, the colour of the
+    a element it combines (left) and of the b element (right), as the operands' panels draw
+    them."""
+    return grid_image(_cut(read_colours(shape_a, result, OPERAND_HUES["a"]), cut),
+                      _cut(read_colours(shape_b, result, OPERAND_HUES["b"]), cut))
 
 
 def drawable(*shapes) -> bool:
@@ -177,33 +194,60 @@ def alignment_table(shape_a, shape_b, op: str = "+") -> str:
     return "\n".join(lines)
 
 
-class BroadcastDiagram:
-    """Three stacked panels (a, b, result) on `fig`, redrawn in place by `draw(shape_a, shape_b)`."""
+FIGSIZE = (8.4, 3.9)       # inches: three panels side by side, a op b = result
+#: Each panel's box in figure fractions (left, bottom, width, height): the titles above, the
+#: operator between two panels, the key below.
+PANEL_LEFTS = (0.0, 0.35, 0.70)
+PANEL_BOX = (0.30, 0.16, 0.83)   # width, bottom, height
+NAME_PX = 16     # room left of and above a grid for the names of its axes
+TITLE_PX = 36    # room above a grid for its title (two lines)
 
-    def __init__(self, fig):
+
+class BroadcastDiagram:
+    """Three panels side by side (a, b and the result) on `fig`, redrawn in place by
+    `draw(shape_a, shape_b)`. The grid's axes are named on it; the result's cells show the
+    a and b elements each one combines; a clashing axis is marked in both operands."""
+
+    def __init__(self, fig, op: str = "+"):
         self.fig = fig
-        self.axes = fig.subplots(3, 1)
-        self.images = []
+        width, bottom, height = PANEL_BOX
+        self.axes = [fig.add_axes((left, bottom, width, height)) for left in PANEL_LEFTS]
+        self.images, self.titles, self.notes, self.marks = [], [], [], []
+        self.names = []        # per panel: axis -1 and axis -3 above the grids, -2 and -4 left of them
         for ax in self.axes:
             self.images.append(ax.imshow(np.ones((2, 2, 3)), interpolation="nearest"))
-            ax.set_xticks([])
-            ax.set_yticks([])
-            for spine in ax.spines.values():
+            ax.set_anchor("C")
+            ax.set_axis_off()
+            for spine in ax.spines.values():      # the frames draw an axes' spines as it moves
                 spine.set_visible(False)
-        self.titles = [ax.set_title("", fontsize=TITLE_PT, loc="left") for ax in self.axes]
-        self.notes = [ax.text(0.5, 0.5, "", transform=ax.transAxes, ha="center", va="center",
-                              fontsize=TITLE_PT, color=ERROR_COLOUR) for ax in self.axes]
+            # Above the grids, where they are drawn: the title moves with them.
+            self.titles.append(ax.text(0, 0, "", ha="center", va="bottom", fontsize=TITLE_PT, clip_on=False))
+            self.notes.append(ax.text(0, 0, "", ha="center", va="top", fontsize=TICK_PT,
+                                      color=ERROR_COLOUR, clip_on=False))
+            text = dict(fontsize=TICK_PT, color=GUIDE_COLOUR, clip_on=False)
+            self.names.append({-1: ax.text(0, 0, "", ha="left", va="bottom", **text),
+                               -3: ax.text(0, 0, "", ha="right", va="bottom", **text),
+                               -2: ax.text(0, 0, "", ha="right", va="top", rotation=-90, **text),
+                               -4: ax.text(0, 0, "", ha="right", va="bottom", rotation=-90, **text)})
+            self.marks.append(ax.plot([], [], color=ERROR_COLOUR, linewidth=4, clip_on=False,
+                                      solid_capstyle="butt")[0])
+        for left, sign in zip(PANEL_LEFTS[1:], (op, "=")):
+            fig.text(left - 0.025, bottom + height / 2, sign, ha="center", va="center", fontsize=16)
         # Says which slices a shape too large to show whole has kept (see `cut_for`).
-        self.cut_note = fig.text(0.5, 0.125, "", ha="center", va="bottom", fontsize=TICK_PT,
+        self.cut_note = fig.text(0.5, 0.1, "", ha="center", va="bottom", fontsize=TICK_PT,
                                  color=ERROR_COLOUR)
-        fig.supxlabel("solid cell: where an element is stored;  light cell: the same element read "
-                      "again (broadcast)\ngrid rows: axis -2, columns: axis -1;  axis -3: grids side by "
-                      "side;  axis -4: one below the other", fontsize=TICK_PT, color=GUIDE_COLOUR)
+        fig.text(0.5, 0.01, "solid cell: where an element is stored;  light cell: the same element "
+                 f"read again (broadcast);  axis -3: grids side by side,\naxis -4: one below the other;  "
+                 f"each cell of a {op} b: the a element it combines (left half) and the b element (right half)", ha="center", va="bottom", fontsize=TICK_PT,
+                 color=GUIDE_COLOUR)
+        self.moving = [*self.images, *self.titles, *self.notes, *self.marks, self.cut_note,
+                       *(text for names in self.names for text in names.values())]
 
     def panel_px(self) -> tuple[float, float]:
-        """(width, height) of a panel in pixels, as laid out now."""
-        box = self.axes[0].get_position()
-        return box.width * self.fig.bbox.width, box.height * self.fig.bbox.height
+        """(width, height) in pixels that a panel's grids may fill (the room for the names of
+        their axes and the title taken off)."""
+        width, _, height = PANEL_BOX
+        return width * self.fig.bbox.width - NAME_PX, height * self.fig.bbox.height - NAME_PX - TITLE_PX
 
     def draw(self, shape_a, shape_b, op: str = "+") -> tuple[int, ...] | None:
         """Redraw for two shapes; returns the result shape, or None when they do not broadcast."""
@@ -212,47 +256,98 @@ class BroadcastDiagram:
             result = broadcast_shape(shape_a, shape_b)
         except ValueError:
             result = None
+        clash = None
         if result is not None and drawable(shape_a, shape_b, result):
             cut = cut_for(result, self.panel_px())
             images = [operand_image(shape_a, result, OPERAND_HUES["a"], cut),
-                      operand_image(shape_b, result, OPERAND_HUES["b"], cut), result_image(result, cut)]
-            titles = [f"{name} {shape}" + ("" if shape == result else f",  read as {result}")
+                      operand_image(shape_b, result, OPERAND_HUES["b"], cut),
+                      result_image(result, shape_a, shape_b, cut)]
+            grids = [result] * 3
+            titles = [f"{name} {shape}" + ("" if shape == result else f"\nread as {result}")
                       for name, shape in (("a", shape_a), ("b", shape_b))]
-            titles += [f"a {op} b  {result}"]
+            titles += [f"a {op} b\n{result}"]
             notes = ["", "", ""]
             cut_note = _cut_note(result, cut)
         elif result is not None:
-            images = [np.ones((2, 2, 3))] * 3
-            titles = [f"a {shape_a}", f"b {shape_b}", f"a {op} b  {result}"]
-            notes = [f"too large to draw (the diagram shows up to {MAX_AXES} axes of size <= {MAX_SIZE})",
+            images, grids = [None] * 3, [None] * 3
+            titles = [f"a {shape_a}", f"b {shape_b}", f"a {op} b\n{result}"]
+            notes = [f"too large to draw:\nthe diagram shows up to\n{MAX_AXES} axes of size <= {MAX_SIZE}",
                      "", ""]
             cut_note = ""
         else:
-            drawn = [operand_image(s, s, OPERAND_HUES[name], cut_for(s, self.panel_px()))
-                     if drawable(s) else np.ones((2, 2, 3))
-                     for name, s in (("a", shape_a), ("b", shape_b))]
-            images = drawn + [np.ones((2, 2, 3))]
-            axis, size_a, size_b = clashing_axis(shape_a, shape_b)
-            titles = [f"a {shape_a}: axis {axis} is {size_a}", f"b {shape_b}: axis {axis} is {size_b}",
+            clash = clashing_axis(shape_a, shape_b)
+            axis, size_a, size_b = clash
+            images, grids = [], []
+            for name, shape in (("a", shape_a), ("b", shape_b)):
+                fits = drawable(shape)
+                images.append(operand_image(shape, shape, OPERAND_HUES[name], cut_for(shape, self.panel_px()))
+                              if fits else None)
+                grids.append(shape if fits else None)
+            images.append(None)
+            grids.append(None)
+            titles = [f"a {shape_a}\naxis {axis} is {size_a}", f"b {shape_b}\naxis {axis} is {size_b}",
                       f"a {op} b"]
-            notes = ["" if drawable(shape_a) else "too large to draw",
-                     "" if drawable(shape_b) else "too large to draw",
-                     f"does not broadcast: axis {axis} clashes,\n{size_a} against {size_b}, and neither is 1"]
+            notes = ["" if images[0] is not None else "too large to draw",
+                     "" if images[1] is not None else "too large to draw",
+                     f"does not broadcast:\naxis {axis} clashes,\n{size_a} against {size_b},\nand neither is 1"]
             cut_note = ""
-        height = max(im.shape[0] for im in images)
-        width = max(im.shape[1] for im in images)
-        for ax, artist, image, title, note, text in zip(self.axes, self.images, images, titles,
-                                                        notes, self.notes):
+        drawn = [im for im in images if im is not None] or [np.ones((1, 1, 3))]
+        height = max(im.shape[0] for im in drawn)
+        width = max(im.shape[1] for im in drawn)
+        room_w, room_h = self.panel_px()
+        scale = min(room_w / width, room_h / height)         # display pixels per image pixel
+        pad, title_pad = NAME_PX / scale, TITLE_PX / scale          # the names' and title's room
+        for i, (ax, image, grid) in enumerate(zip(self.axes, images, grids)):
+            artist = self.images[i]
+            ax.set_xlim(-pad, width)
+            ax.set_ylim(height, -pad - title_pad)
+            centre = (width - pad) / 2 if image is None else width - image.shape[1] / 2
+            self.titles[i].set(position=(centre, -pad - 2 / scale), text=titles[i])
+            self.notes[i].set(position=(centre, 0), text=notes[i])
+            self.marks[i].set_data([], [])
+            for text in self.names[i].values():
+                text.set_text("")
+            if image is None:
+                artist.set_visible(False)
+                continue
             h, w = image.shape[:2]
-            left, top = width - w, 0                         # right-aligned, like the shapes
+            left = width - w                                 # right-aligned, like the shapes
+            artist.set_visible(True)
             artist.set_data(image)
-            artist.set_extent((left, left + w, top + h, top))
-            ax.set_xlim(0, width)
-            ax.set_ylim(height, 0)
-            ax.set_title(title, fontsize=TITLE_PT, loc="left")
-            text.set_text(note)
+            artist.set_extent((left, left + w, h, 0))
+            self._name_axes(i, grid, drawn_shape(image, grid), left, 2 / scale, clash)
         self.cut_note.set_text(cut_note)
         return result
+
+    def _name_axes(self, i: int, shape, drawn, left: float, gap: float, clash) -> None:
+        """Name the axes of panel i's grids: axis -1 along the top of the first grid, -3 (when
+        several grids stand side by side) at the top right, -2 down the left side, -4 (grids
+        one below the other) at the bottom left; a clashing axis in red, with a red bar along it.
+        `drawn`: the 4-D shape drawn, which a cut (`cut_for`) makes smaller than `shape`."""
+        s0, s1, s2, s3 = drawn
+        block_h, block_w = s2 * CELL + 1, s3 * CELL + 1
+        width_all = s1 * block_w + (s1 - 1) * GAP
+        height_all = s0 * block_h + (s0 - 1) * GAP
+        clash_axis = clash[0] if clash else None
+        shown = {-1: True, -2: len(shape) >= 2, -3: len(shape) >= 3 and s1 > 1, -4: len(shape) >= 4 and s0 > 1}
+        places = {-1: (left, -gap), -3: (left + width_all, -gap), -2: (left - gap, 0),
+                  -4: (left - gap, height_all)}
+        words = {axis: f"axis {axis} →" for axis in places}
+        for axis, text in self.names[i].items():
+            text.set(position=places[axis], text=words[axis] if shown[axis] else "",
+                     color=ERROR_COLOUR if axis == clash_axis else GUIDE_COLOUR)
+        bars = {-1: ([left, left + block_w], [0, 0]), -3: ([left, left + width_all], [0, 0]),
+                -2: ([left, left], [0, block_h]), -4: ([left, left], [0, height_all])}
+        if clash_axis is not None and clash_axis >= -len(shape):
+            self.marks[i].set_data(*bars[clash_axis])
+
+
+def drawn_shape(image: np.ndarray, shape) -> tuple[int, int, int, int]:
+    """The 4-D shape of the grids in `image`, an image of `shape` maybe cut to fewer slices of
+    axes -4 and -3 (`cut_for`)."""
+    _, _, s2, s3 = _as_4d(shape)
+    block_h, block_w = s2 * CELL + 1, s3 * CELL + 1
+    return ((image.shape[0] + GAP) // (block_h + GAP), (image.shape[1] + GAP) // (block_w + GAP), s2, s3)
 
 
 def clashing_axis(shape_a, shape_b) -> tuple[int, int, int]:
@@ -265,11 +360,10 @@ def clashing_axis(shape_a, shape_b) -> tuple[int, int, int]:
     raise ValueError(f"shape_a, shape_b: expected shapes that do not broadcast, got {shape_a} and {shape_b}")
 
 
-def plot_broadcast(shape_a, shape_b, op: str = "+", figsize=(7, 5.5)):
+def plot_broadcast(shape_a, shape_b, op: str = "+", figsize=FIGSIZE):
     """Static broadcasting diagram of `a op b` (pyplot figure, shown inline)."""
-    fig = plt.figure(figsize=figsize, layout="constrained")
-    fig.get_layout_engine().set(h_pad=0.25)
-    BroadcastDiagram(fig).draw(shape_a, shape_b, op)
+    fig = plt.figure(figsize=figsize, dpi=DPI)
+    BroadcastDiagram(fig, op).draw(shape_a, shape_b, op)
     return fig
 
 
@@ -287,11 +381,8 @@ class BroadcastExplorer(Explorer):
         import ipywidgets as widgets
         from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(7, 5.5), dpi=DPI, layout="constrained")
-        fig.get_layout_engine().set(h_pad=0.25)
+        fig = Figure(figsize=FIGSIZE, dpi=DPI)        # a fixed layout: one background serves every frame
         self.diagram = BroadcastDiagram(fig)
-        fig.draw_without_rendering()               # fix the layout once
-        fig.set_layout_engine("none")             # ... and keep it: redraws stay cheaper
         layout = widgets.Layout(width="260px")
         self.a_box = widgets.Text(value=a, description="shape a", layout=layout)
         self.b_box = widgets.Text(value=b, description="shape b", layout=layout)
@@ -299,10 +390,9 @@ class BroadcastExplorer(Explorer):
                                          layout=widgets.Layout(width="440px"))
         self.examples.observe(self._on_example, names="value")
         self.info = widgets.HTML()
-        # Three images of new sizes, their titles and notes move; the long key below them
-        # is the background, drawn once.
-        diagram = self.diagram
-        self._build(fig, [*diagram.images, *diagram.titles, *diagram.notes, diagram.cut_note],
+        # Three images of new sizes, their titles, notes and axis names move; the operators
+        # and the key are the background, drawn once.
+        self._build(fig, self.diagram.moving,
                     [self.a_box, self.b_box],
                     [self.examples, widgets.HBox([self.a_box, self.b_box]), self.info])
         self.result, self.message = None, ""

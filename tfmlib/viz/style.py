@@ -11,7 +11,8 @@ Classroom. Projected, a figure is read from the back row: the classroom minimum 
 image. The course's 9 pt at 100 dpi is 12.5 px, enough on a laptop and below that minimum: to
 project, zoom the browser so that the figure is shown 1.5 times larger (text 18.75 px, and a
 map's tiles 1.5 times theirs), or save the figure for a slide at `classroom_dpi()` (144 dpi for
-9 pt text).
+9 pt text). So a map meant for projection has tiles of at least `CLASSROOM_CELL_PX` (16.7 px at
+100 dpi, 24 px projected), and the lint checks it (`lint.classroom_problems`).
 
 Layout. One engine, constrained layout: it keeps every label inside the canvas. The
 inline backend crops a stored figure to its contents (`bbox_inches="tight"`), so text
@@ -51,6 +52,13 @@ def classroom_dpi(min_font_pt: float = MIN_FONT_PT) -> float:
     """The dpi at which text of `min_font_pt` is `CLASSROOM_MIN_PX` tall: save a figure for a
     slide with `fig.savefig(path, dpi=classroom_dpi())` (144 dpi for the course's 9 pt)."""
     return CLASSROOM_MIN_PX * 72 / min_font_pt
+
+
+#: The smallest tile, in pixels at `DPI`, of a map meant for projection (every attention map,
+#: 08's stack and 10's trained model included): shown at `classroom_dpi()` (or zoomed 1.44
+#: times), it is `CLASSROOM_MIN_CELL_PX` and its 9 pt token labels are 18 px. The figure lint
+#: checks it on maps of tokens (`lint.classroom_problems`).
+CLASSROOM_CELL_PX = CLASSROOM_MIN_CELL_PX * DPI / classroom_dpi()
 
 # ---- colour -----------------------------------------------------------------------------------
 
@@ -146,16 +154,24 @@ def experiment_colour(name: str) -> str:
     return EXPERIMENT_COLOURS[name]
 
 
+#: One marker per experiment, all twelve different: label smoothing's is not the baseline's,
+#: whatever their colours look like to a reader.
+EXPERIMENT_MARKERS = dict(zip(EXPERIMENT_COLOURS, ("o", "s", "^", "D", "v", "P", "h", "*", "X", "<", ">", "p")))
+
+
 def experiment_marker(name: str) -> str:
     """The marker of lab experiment `name` (its exact-match points), fixed like its colour."""
     experiment_colour(name)
-    return MARKERS[list(EXPERIMENT_COLOURS).index(name) % len(MARKERS)]
+    return EXPERIMENT_MARKERS[name]
 
 
 # ---- attention maps ---------------------------------------------------------------------------
 
 QUERY_LABEL = "query (the token looking)"
 KEY_LABEL = "key (the token looked at)"
+#: A decoder's query rows, in every map (08's untrained stack, 10's trained model): each row is
+#: labelled by the token the decoder writes there, one step after the token it reads.
+WRITTEN_QUERY_LABEL = "query: the token being written"
 ATTENTION_CBAR_LABEL = "attention weight (grey: masked)"
 
 
@@ -283,6 +299,14 @@ def attention_heatmap(ax, weights, query_tokens=None, key_tokens=None, masked=No
     if colorbar_:
         colorbar(ax.figure, image, ax, ATTENTION_CBAR_LABEL, ticks=[0, 0.5, 1])
     return image
+
+
+def for_projection(fig):
+    """Mark `fig` as meant for projection in a classroom: the figure lint then checks that its
+    maps of tokens have tiles of at least `CLASSROOM_CELL_PX` (`lint.classroom_problems`).
+    Returns `fig`."""
+    fig.for_projection = True
+    return fig
 
 
 def masked_weights(weights, masked=None) -> np.ma.MaskedArray:

@@ -26,6 +26,7 @@ def plot_training_curves(history: dict):
     """Loss per step (log scale) and held-out exact match per evaluation."""
     fig, (left, right) = style.new_figure(3.2, style.COLUMN_IN, 1, 2)
     left.semilogy(history["step"], history["loss"], linewidth=1, color=style.IDEA_COLOURS["train"])
+    _guess_levels(left)
     left.set_xlabel("training step")
     left.set_ylabel("cross-entropy loss (log scale)")
     style.title(left, "training loss")
@@ -41,6 +42,20 @@ def plot_training_curves(history: dict):
     style.title(right, "held-out sequences exactly right")
     right.legend(loc="lower right")
     return fig
+
+
+def _guess_levels(ax) -> None:
+    """The two levels the text reads the loss against: ln 14, a uniform guess over the 14
+    tokens, and ln 10, a uniform guess over the 10 digits (the loss is a natural log)."""
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, max(high, 1.6 * np.log(len(VOCAB))))     # room above ln 14 for its name
+    for count, what, va in ((len(VOCAB), "tokens", "bottom"), (10, "digits", "top")):
+        level = float(np.log(count))
+        ax.axhline(level, color=style.GUIDE_COLOUR, linestyle=":", linewidth=1)
+        ax.annotate(f"ln {count}: a blind guess over {count} {what}", (1.0, level),
+                    xycoords=("axes fraction", "data"), textcoords="offset points",
+                    xytext=(-2, 2 if va == "bottom" else -2), ha="right", va=va,
+                    fontsize=style.TICK_PT, color=style.GUIDE_COLOUR)
 
 
 def tokens(ids: torch.Tensor) -> list[str]:
@@ -65,7 +80,7 @@ def predict_with_attention(params: dict, config, text: str):
     return tokens(src[0]), tokens(predicted[0, 1:]), cross[0]
 
 
-QUERY_LABEL = "query: the token being written"
+QUERY_LABEL = style.WRITTEN_QUERY_LABEL
 KEY_LABEL = "key: the source digit looked at"
 
 
@@ -83,7 +98,7 @@ def plot_cross_attention(params: dict, config, text: str):
     style.colorbar(fig, image, list(axes), style.ATTENTION_CBAR_LABEL.split(" (")[0],
                    ticks=[0, 0.5, 1], fraction=0.03, pad=0.02)
     fig.suptitle(f"last decoder layer's cross-attention, input '{' '.join(source)}'")
-    return fig
+    return style.for_projection(fig)
 
 
 def _verdict(source: list[str], output: list[str]) -> tuple[str, bool]:
@@ -157,7 +172,7 @@ def plot_cross_attention_mean(params: dict, config, text: str, head: str = "mean
     fig.set_layout_engine("none")          # the labels' room is fixed in MAP_BOX
     fig.delaxes(fig.axes[0])
     CrossAttentionMap(fig).draw(source, output, cross, head)
-    return fig
+    return style.for_projection(fig)
 
 
 class ReverseExplorer(Explorer):
@@ -281,29 +296,41 @@ def _lab_axes(fig, mse: bool = False) -> dict:
     return panels
 
 
-def _record_lines(panels: dict, name: str, record: dict, dashes: str) -> tuple:
+#: Faded: the experiments a figure shows for context, beside the ones its claim compares.
+FADED_ALPHA = 0.25
+
+
+def _record_lines(panels: dict, name: str, record: dict, dashes: str, under: int = 0,
+                  faded: bool = False) -> tuple:
     """Draw one run (experiment `name` on one seed) -> its (raw loss, smoothed loss, exact
     match) lines. The loss goes on the MSE panel for the regressor, on the cross-entropy
-    panel otherwise; the raw loss is faint, its moving average (`smoothed`) drawn over it."""
+    panel otherwise; the raw loss is faint, its moving average (`smoothed`) drawn over it.
+    `under`: how many experiments are drawn after this one. Each makes its lines wider and its
+    markers larger, so that a run lying exactly under a later one (two experiments at an exact
+    match of 0) still shows around it. `faded`: drawn see-through, for context."""
     color = style.experiment_colour(name)
     ax = panels["mse"] if _is_regressor(name) else panels["loss"]
     if ax is None:
         raise ValueError(f"{name!r} is the regressor: its MSE needs the panel of "
                          f"_lab_axes(fig, mse=True), not the cross-entropy axis")
-    raw, = ax.plot(record["step"], record["loss"], "-", color=color, linewidth=0.8, alpha=0.3)
-    smooth, = ax.plot(record["step"], smoothed(record["loss"]), dashes, color=color, linewidth=1.6)
+    alpha = FADED_ALPHA if faded else 1.0
+    raw, = ax.plot(record["step"], record["loss"], "-", color=color, linewidth=0.8, alpha=0.3 * alpha)
+    smooth, = ax.plot(record["step"], smoothed(record["loss"]), dashes, color=color,
+                      linewidth=1.6 + 1.2 * under, alpha=alpha)
     match, = panels["match"].plot(record["eval_step"], record["exact_match"], dashes,
-                                  marker=style.experiment_marker(name), markersize=4, color=color,
-                                  linewidth=1.5)
+                                  marker=style.experiment_marker(name), markersize=4 + 2.5 * under,
+                                  color=color, linewidth=1.5 + 1.2 * under, alpha=alpha)
     return raw, smooth, match
 
 
-def _lab_handles(names, seeds) -> list:
-    """Colour (and marker) = experiment, line style = seed: one entry each, not one per line."""
+def _lab_handles(names, seeds, faded=()) -> list:
+    """Colour (and marker) = experiment, line style = seed: one entry each, not one per line.
+    The `faded` experiments' entries are faded as their lines are."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=style.experiment_colour(name), linewidth=2,
-                      marker=style.experiment_marker(name), markersize=5, label=name)
+                      marker=style.experiment_marker(name), markersize=5, label=name,
+                      alpha=FADED_ALPHA if name in faded else 1.0)
                for name in names]
     handles += [Line2D([], [], color=style.GUIDE_COLOUR, linestyle=SEED_STYLES[i % len(SEED_STYLES)],
                        label=f"seed {seed}") for i, seed in enumerate(seeds)]
@@ -316,26 +343,53 @@ def _lab_legend(ax, names, seeds):
                      bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
 
 
+def lab_task(name: str) -> str:
+    """The task that lab experiment `name` trains on: "reverse" (the baseline's) or "sum"."""
+    from ..experiments import EXPERIMENTS
+
+    return EXPERIMENTS[name].train_options()["task"]
+
+
 def lab_seeds(results: dict) -> list[int]:
     """The seeds of a run_all result {(name, seed): record}, in order."""
     return sorted({seed for _, seed in results})
 
 
-def plot_experiments(results: dict, names):
+def plot_experiments(results: dict, names, compare=None):
     """Learning curves of the experiments `names` from run_all's results, every seed drawn:
     cross-entropy loss per step (left), the regressor's MSE per step (middle, only when
     "sum, regressor" is among `names`), held-out exact match (right). Colour = experiment
     (`style.EXPERIMENT_COLOURS`, the same in every figure), line style = seed; the faint
-    loss lines are the raw losses, the strong ones their moving average. One legend below."""
+    loss lines are the raw losses, the strong ones their moving average. One legend below.
+
+    compare: the experiments that a claim compares (e.g. ["baseline", "Pre-LN, no warm-up"]):
+    drawn strong, the others of `names` faded. With label smoothing among `names`, its floor
+    (the least smoothed loss any model can reach) is drawn on the loss panel."""
     seeds = lab_seeds(results)
+    faded = [] if compare is None else [name for name in names if name not in compare]
     fig = style.figure(3.7)
     panels = _lab_axes(fig, mse=any(_is_regressor(name) for name in names))
-    for name in names:
+    order = sorted(names, key=lambda name: name not in faded)      # the compared ones on top
+    for i, name in enumerate(order):
         for j, seed in enumerate(seeds):
-            _record_lines(panels, name, results[name, seed], SEED_STYLES[j % len(SEED_STYLES)])
-    fig.legend(handles=_legend_rows(_lab_handles(names, seeds), len(names)),
+            _record_lines(panels, name, results[name, seed], SEED_STYLES[j % len(SEED_STYLES)],
+                          under=0 if name in faded else len(order) - 1 - i, faded=name in faded)
+    if "label smoothing 0.1" in names:
+        _smoothing_floor(panels["loss"], 0.1)
+    fig.legend(handles=_legend_rows(_lab_handles(names, seeds, faded), len(names)),
                loc="outside lower center", fontsize=style.TICK_PT, ncols=max(len(names), len(seeds)))
     return fig
+
+
+def _smoothing_floor(ax, smoothing: float) -> None:
+    """The least loss a model trained with label smoothing can reach (notebook 10, 9.6)."""
+    from ..experiments import smoothed_loss_floor
+
+    floor = smoothed_loss_floor(smoothing, len(VOCAB))
+    ax.axhline(floor, color=style.experiment_colour("label smoothing 0.1"), linestyle=":", linewidth=1.2)
+    ax.annotate(f"smoothing's floor {floor:.2f}", (0.0, floor), xycoords=("axes fraction", "data"),
+                textcoords="offset points", xytext=(3, -2), ha="left", va="top",
+                fontsize=style.TICK_PT, color=style.GUIDE_COLOUR)
 
 
 def _legend_rows(handles, count: int) -> list:
@@ -371,13 +425,22 @@ class ExperimentOverlay(Explorer):
         self.choice = widgets.SelectMultiple(options=list(names), value=tuple(selected),
                                              rows=min(len(names), 12), description="overlay",
                                              layout=widgets.Layout(width="320px"))
-        mse = any(_is_regressor(name) for name in names)
-        fig = Figure(figsize=(style.COLUMN_IN, 3.4))  # outside pyplot: the inline backend never shows it
-        self.panels = _lab_axes(fig, mse=mse)
+        # One row of panels per task (reverse, sum): "select all" never puts two tasks' losses
+        # and exact matches on one axis.
+        tasks = list(dict.fromkeys(lab_task(name) for name in names))
+        fig = Figure(figsize=(style.COLUMN_IN, 3.4 * len(tasks)))  # outside pyplot: never shown inline
+        rows = fig.subfigures(len(tasks), 1) if len(tasks) > 1 else [fig]
+        self.task_panels = {}
+        for task, row in zip(tasks, rows):
+            mse = any(_is_regressor(name) for name in names if lab_task(name) == task)
+            panels = self.task_panels[task] = _lab_axes(row, mse=mse)
+            row.subplots_adjust(left=0.09, right=0.74, bottom=0.15, top=0.88 if len(tasks) > 1 else 0.90,
+                                wspace=0.6 if mse else 0.38)
+            if len(tasks) > 1:
+                row.suptitle(f"the {task} task", fontsize=style.TITLE_PT, x=0.4)
+        self.panels = self.task_panels[tasks[0]]
         self.loss_ax, self.mse_ax, self.match_ax = (self.panels[k] for k in ("loss", "mse", "match"))
-        fig.subplots_adjust(left=0.09, right=0.74, bottom=0.15, top=0.90,
-                            wspace=0.6 if mse else 0.38)
-        self.lines = {name: [_record_lines(self.panels, name, results[name, seed],
+        self.lines = {name: [_record_lines(self.task_panels[lab_task(name)], name, results[name, seed],
                                            SEED_STYLES[j % len(SEED_STYLES)])
                              for j, seed in enumerate(self.seeds)] for name in names}
         # The background is drawn once, with an empty legend: transparency hides a legend's

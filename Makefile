@@ -5,7 +5,7 @@
 #   make test-timed the same from a fresh clone in a temporary folder, timed (benchmarks/test_time.sh)
 #
 #   make unit       unit tests only (tests/, without tests/browser/)
-#   make notebooks  run every notebook under nbval (stored outputs must match)
+#   make notebooks  run every notebook under nbval (stored outputs must match), the Chinese ones too
 #   make notebooks-other-cpu  the notebooks that train, under nbval with other CPU kernels
 #   make browser    the real-browser test (tests/browser/), installs chromium if missing
 #   make bench      python -m benchmarks
@@ -15,6 +15,7 @@
 #   make sweep      train notebook 10's run, its lab and b1/b2's model on 24 seeds x 2 kernel settings:
 #                   tfmlib/data/sweep.json, the numbers the claims rest on (hours on 2 cores; not in make test)
 #   make execute    re-execute every notebook in place to refresh its stored outputs
+#   make i18n       update the Chinese catalogues from the English, regenerate notebooks/zh (tools/i18n.py)
 #   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt),
 #                   and Debian's bubblewrap, the sandbox autograding runs each submission in
 #   make nbgrader-course  write the nbgrader course of the ten notebooks to nbgrader-course/
@@ -102,7 +103,9 @@ NOTEBOOKS_DIR := notebooks
 # learner's session only prints that a run fell outside.
 SWEEP_STRICT := TFMLIB_SWEEP_STRICT=1
 OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
-TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus
+# The Chinese edition's copies of them too, once generated (notebooks/zh: same code, same outputs).
+TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus \
+	$(wildcard $(NOTEBOOKS_DIR)/zh/10_training.ipynb $(NOTEBOOKS_DIR)/zh/bonus)
 
 # make test trains each run once: the browser test executes the notebooks that train before nbval
 # does, and nbval's execution loads those runs (tfmlib/_runcache.py: same code, arguments, random
@@ -114,7 +117,7 @@ TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 CHROMIUM := /usr/bin/chromium
 BWRAP := /usr/bin/bwrap
 
-.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants execute chromium bubblewrap teacher nbgrader-course hub hub-test hub-load site site-install site-preview clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants execute i18n chromium bubblewrap teacher nbgrader-course hub hub-test hub-load site site-install site-preview clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -221,10 +224,18 @@ sweep: install
 	$(TEST_ENV) $(PY) tools/sweep.py --workers 2
 
 # Same environment as the tests, so that the refreshed outputs are the ones
-# nbval will compare against.
+# nbval will compare against. The Chinese notebooks are never executed: they are regenerated,
+# with the English notebooks' fresh outputs.
 execute: install
 	$(TEST_ENV) $(BIN)/jupyter execute --inplace $(NOTEBOOKS_DIR)/[0-9][0-9]_*.ipynb \
 	  $(wildcard $(NOTEBOOKS_DIR)/bonus/*.ipynb)
+	$(PY) tools/i18n.py generate
+
+# The Chinese edition (i18n/README.md): the catalogues follow the English notebooks (new, fuzzy
+# and obsolete entries), then every notebook whose catalogue is complete is regenerated.
+i18n: install
+	$(PY) tools/i18n.py extract
+	$(PY) tools/i18n.py generate
 
 # The nbgrader course of all ten notebooks (teacher/make_nbgrader_course.py); nbgrader's own
 # commands run in that folder, with .venv-teacher/bin first on PATH (README, "For teachers").

@@ -288,6 +288,13 @@ def generate(notebook_path: Path, catalogue: polib.POFile, complete: set[Path]) 
     return nbformat.writes(notebook) + "\n"
 
 
+def generated_notebooks() -> set[Path]:
+    """The Chinese notebooks on disk (JupyterLab's .ipynb_checkpoints aside)."""
+    if not TRANSLATED.exists():
+        return set()
+    return {p for p in TRANSLATED.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts}
+
+
 def complete_notebooks() -> set[Path]:
     return {nb for nb in english_notebooks() if is_complete(nb, load_catalogue(catalogue_path(nb)))}
 
@@ -319,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             if not path.exists() or path.read_text(encoding="utf-8") != text:
                 path.write_text(text, encoding="utf-8")
                 print(f"wrote {path.relative_to(ROOT)}")
-        for stale in sorted(TRANSLATED.rglob("*.ipynb")) if TRANSLATED.exists() else []:
+        for stale in sorted(generated_notebooks()):
             if stale not in wanted:                 # its catalogue is no longer complete
                 stale.unlink()
                 print(f"removed {stale.relative_to(ROOT)} (its catalogue is incomplete)")

@@ -19,7 +19,7 @@
 #   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt),
 #                   and Debian's bubblewrap, the sandbox autograding runs each submission in
 #   make nbgrader-course  write the nbgrader course of the ten notebooks to nbgrader-course/
-#   make site       the course as a static website in build/site/ (Sphinx + MyST-NB, .venv-site)
+#   make site       the course as a static website in build/site/, the Chinese edition in build/site/zh/ (Sphinx + MyST-NB, .venv-site)
 #   make site-preview  make site, then serve it on http://127.0.0.1:8000
 #   make hub        install JupyterHub, its proxy, culler and nbgitpuller into .venv-hub (hub/requirements.txt)
 #   make hub-test   a class of 10 on a real JupyterHub on 127.0.0.1, nbgrader round trip included (hub/tests/)
@@ -66,6 +66,8 @@ SITE_STAMP := $(SITE_VENV)/.requirements.stamp
 # The site's sources gathered at their repository paths (site/conf.py says why), and the site.
 SITE_SRC ?= build/site-src
 SITE_OUT ?= build/site
+# The Chinese edition's sources: README.zh.md, notebooks/zh, the glossary; built into $(SITE_OUT)/zh.
+SITE_SRC_ZH ?= $(SITE_SRC)-zh
 # Sphinx's cache, beside the site rather than in it (it would be published with it).
 SITE_DOCTREES ?= $(SITE_OUT)-doctrees
 
@@ -256,13 +258,19 @@ hub-load: hub
 # The stored notebooks, README.md and docs/ are copied to their repository paths in $(SITE_SRC)
 # (with their times, so that Sphinx rebuilds only what changed); site/ holds the configuration.
 # tests/site/ builds it once per test run with this same command and checks it in Chromium.
+# The Chinese edition is a second build, into $(SITE_OUT)/zh (site/conf.py: SITE_LANGUAGE).
 site: site-install
-	rm -rf $(SITE_SRC)
-	mkdir -p $(SITE_SRC)
+	rm -rf $(SITE_SRC) $(SITE_SRC_ZH)
+	mkdir -p $(SITE_SRC) $(SITE_SRC_ZH)/notebooks $(SITE_SRC_ZH)/docs
 	cp -p README.md site/index.md site/api.md $(SITE_SRC)/
 	cp -pR notebooks docs $(SITE_SRC)/
 	$(SITE_BIN)/python -m sphinx -b html -W --keep-going -q -c site -d $(SITE_DOCTREES) $(SITE_SRC) $(SITE_OUT)
-	@echo "The site is in $(SITE_OUT)/ (index.html); to read it: make site-preview"
+	cp -p README.zh.md site/zh/index.md $(SITE_SRC_ZH)/
+	cp -pR notebooks/zh $(SITE_SRC_ZH)/notebooks/
+	cp -p docs/glossary-zh.md $(SITE_SRC_ZH)/docs/
+	env SITE_LANGUAGE=zh_CN $(SITE_BIN)/python -m sphinx -b html -W --keep-going -q -c site \
+	  -d $(SITE_DOCTREES)-zh $(SITE_SRC_ZH) $(SITE_OUT)/zh
+	@echo "The site is in $(SITE_OUT)/ (index.html), the Chinese edition in $(SITE_OUT)/zh/; to read it: make site-preview"
 
 site-preview: site
 	$(SITE_BIN)/python -m http.server --bind 127.0.0.1 --directory $(SITE_OUT) 8000

@@ -29,16 +29,36 @@ BRANCH = "main"
 # the README's placeholder HUB, as a template for teachers to fill in.
 HUB_URL = os.environ.get("HUB_URL") or "https://HUB"
 
+# The edition this build makes; `make site` builds both. English (the default): build/site/ from
+# the notebooks, the README and docs/. Chinese (SITE_LANGUAGE=zh_CN): build/site/zh/ from
+# notebooks/zh (only the notebooks generated from a complete catalogue: tools/i18n.py),
+# README.zh.md and the glossary. Each page links to its page in the other edition.
+SITE_LANGUAGE = os.environ.get("SITE_LANGUAGE") or "en"
+CHINESE = SITE_LANGUAGE == "zh_CN"
+if SITE_LANGUAGE not in ("en", "zh_CN"):
+    raise ValueError(f"SITE_LANGUAGE must be en or zh_CN, got {SITE_LANGUAGE!r}")
+
 project = "Transformer from scratch in PyTorch, shape first"
 author = "the course's authors"
 copyright = "the course's authors"
-language = "en"
+# zh_CN: Sphinx's own labels in Chinese, and a search index that segments Chinese words (jieba).
+language = SITE_LANGUAGE
+if CHINESE:
+    import logging
+
+    import jieba
+    jieba.setLogLevel(logging.WARNING)      # its notices on loading its dictionary are not warnings
 
 # githubpages: a .nojekyll file, so that GitHub Pages serves _static/ and _images/ as they are.
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.githubpages"]
 root_doc = "index"
-# README.md is the home page's content (index.md includes it), not a page of its own.
-exclude_patterns = ["README.md", "**/.ipynb_checkpoints"]
+# README.md is the home page's content (index.md includes it), not a page of its own; likewise
+# README.zh.md for the Chinese edition (site/zh/index.md). The English build's copy of notebooks/
+# holds the Chinese notebooks too: they are the other edition's pages, and the glossary with them.
+exclude_patterns = ["README.md", "README.zh.md", "**/.ipynb_checkpoints"]
+if not CHINESE:
+    exclude_patterns += ["notebooks/zh/**", "docs/glossary-zh.md"]
+templates_path = ["templates"]
 
 # --- Notebooks (MyST-NB) ---------------------------------------------------------------------------
 nb_execution_mode = "off"                          # the stored outputs, as the notebooks keep them
@@ -62,7 +82,7 @@ def docstring_as_written(app, what, name, obj, options, lines):
 
 # --- HTML --------------------------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
-html_title = "Transformer, shape first"
+html_title = "Transformer：形状优先" if CHINESE else "Transformer, shape first"
 html_theme_options = {
     "repository_url": REPOSITORY,
     "repository_branch": BRANCH,
@@ -74,6 +94,8 @@ html_theme_options = {
         "colab_url": "https://colab.research.google.com",
         "jupyterhub_url": HUB_URL,
     },
+    # The language switch (templates/language-switch.html) at the top of every page.
+    "article_header_end": ["language-switch.html", "article-header-buttons.html"],
 }
 html_context = {"default_mode": "auto"}          # light or dark as the reader's system is
 html_favicon = "favicon.svg"
@@ -120,7 +142,31 @@ class LinksToTheRepository(SphinxPostTransform):
             node.replace_self(link)
 
 
+def counterpart(pagename: str) -> str:
+    """The page of the other edition that `pagename` switches to: a lesson's translation, or its
+    original; any other page, and a lesson not translated yet, switch to the home page."""
+    if CHINESE:
+        if pagename.startswith("notebooks/zh/"):
+            return "notebooks/" + pagename.removeprefix("notebooks/zh/")
+        return root_doc
+    lesson = pagename.removeprefix("notebooks/")
+    if lesson != pagename and (ROOT / "notebooks" / "zh" / f"{lesson}.ipynb").exists():
+        return f"notebooks/zh/{lesson}"
+    return root_doc
+
+
+def language_switch(app, pagename, templatename, context, doctree):
+    """The link of templates/language-switch.html. The Chinese edition lives in zh/ of the English
+    one, so the link is relative: the site works from any folder and on GitHub Pages alike."""
+    here, there = ("zh/", "") if CHINESE else ("", "zh/")
+    url = posixpath.relpath(there + counterpart(pagename) + ".html", posixpath.dirname(here + pagename) or ".")
+    context["language_switch"] = (
+        {"url": url, "label": "English", "hreflang": "en", "title": "Read this in English"} if CHINESE else
+        {"url": url, "label": "中文", "hreflang": "zh-CN", "title": "中文版"})
+
+
 def setup(app):
+    app.connect("html-page-context", language_switch)
     app.add_post_transform(LinksToTheRepository)
     app.connect("autodoc-process-docstring", docstring_as_written)
     app.connect("build-finished", copy_mathjax)

@@ -267,3 +267,22 @@ def test_translations_follow_the_glossary(notebook):
                     problems.append(f"{entry.msgctxt}: the first {zh} of the notebook must be written {first}")
             first_seen.add(first)
     assert not problems, f"i18n/zh_CN/{notebook.stem}.po does not follow docs/glossary-zh.md:\n" + "\n".join(problems)
+
+
+# --- README.zh.md -------------------------------------------------------------------------------
+
+def test_the_chinese_readme_opens_every_chinese_notebook_on_colab_and_binder():
+    """Each generated notebook has its Colab link in README.zh.md, at its notebooks/zh path (its
+    first code cell, the English one, installs tfmlib on Colab from any path); every Colab and
+    Binder link there opens a Chinese notebook that exists."""
+    readme = (ROOT / "README.zh.md").read_text(encoding="utf-8")
+    colab = "https://colab.research.google.com/github/transformer-shape-first/course/blob/main/"
+    binder = "https://mybinder.org/v2/gh/transformer-shape-first/course/main?urlpath=lab/tree/"
+    linked = set(re.findall(re.escape(colab) + r"([^)\s]+)", readme))
+    expected = {p.relative_to(ROOT).as_posix() for p in i18n.generated_notebooks()}
+    assert expected <= linked, f"README.zh.md lacks a Colab link for {sorted(expected - linked)}"
+    opened = linked | set(re.findall(re.escape(binder) + r"([^)\s]+)", readme))
+    assert opened, "README.zh.md has no Colab or Binder link"
+    for path in opened:
+        assert path.startswith("notebooks/zh/") and (ROOT / path).exists(), (
+            f"README.zh.md links {path}, which is not a generated Chinese notebook")

@@ -82,6 +82,7 @@ def _merge(tmp_path, monkeypatch, old_cells, new_cells, translate):
     first = i18n.merged(path, i18n.new_catalogue())
     for entry in first:
         entry.msgstr = translate(entry.msgid)
+        entry.tcomment = "a translator's note"
     write(new_cells)
     return polib.pofile(str(i18n.merged(path, polib.pofile(str(first)))))
 
@@ -98,6 +99,7 @@ def test_extract_merges_as_msgmerge_does(tmp_path, monkeypatch):
     assert changed.fuzzy and changed.msgctxt == "a"
     assert changed.previous_msgid == "The batch has three sentences of unequal length."
     assert changed.msgstr == "ZH The batch has three sentences of unequal length."
+    assert changed.tcomment == by_id["## Shapes"].tcomment == "a translator's note"
     assert by_id["Brand new."].msgstr == "" and by_id["Another cell."].msgstr == ""
     obsolete = [e for e in merged if e.obsolete]
     assert [e.msgid for e in obsolete] == ["Gone soon."] and obsolete[0].msgstr == "ZH Gone soon."

@@ -177,6 +177,7 @@ def merged(notebook_path: Path, old: polib.POFile) -> polib.POFile:
         known = by_key.get((context, block))
         if known is not None:
             entry.msgstr = known.msgstr
+            entry.tcomment = known.tcomment             # the translator's own notes (# ...)
             entry.flags = [f for f in known.flags if f == "fuzzy"]
             entry.previous_msgid = known.previous_msgid if entry.flags else None
         else:
@@ -184,6 +185,7 @@ def merged(notebook_path: Path, old: polib.POFile) -> polib.POFile:
             if previous is not None:
                 leftovers.remove(previous)
                 entry.msgstr = previous.msgstr
+                entry.tcomment = previous.tcomment
                 entry.flags = ["fuzzy"]
                 entry.previous_msgid = previous.previous_msgid or previous.msgid
         catalogue.append(entry)

@@ -258,12 +258,14 @@ hub-load: hub
 # The stored notebooks, README.md and docs/ are copied to their repository paths in $(SITE_SRC)
 # (with their times, so that Sphinx rebuilds only what changed); site/ holds the configuration.
 # tests/site/ builds it once per test run with this same command and checks it in Chromium.
-# The Chinese edition is a second build, into $(SITE_OUT)/zh (site/conf.py: SITE_LANGUAGE).
+# The Chinese edition is a second build, into $(SITE_OUT)/zh (site/conf.py: SITE_LANGUAGE); each
+# edition's sources hold only its own pages (links between them: site/conf.py, other_edition_page).
 site: site-install
 	rm -rf $(SITE_SRC) $(SITE_SRC_ZH)
 	mkdir -p $(SITE_SRC) $(SITE_SRC_ZH)/notebooks $(SITE_SRC_ZH)/docs
 	cp -p README.md site/index.md site/api.md $(SITE_SRC)/
 	cp -pR notebooks docs $(SITE_SRC)/
+	rm -rf $(SITE_SRC)/notebooks/zh $(SITE_SRC)/docs/glossary-zh.md
 	$(SITE_BIN)/python -m sphinx -b html -W --keep-going -q -c site -d $(SITE_DOCTREES) $(SITE_SRC) $(SITE_OUT)
 	cp -p README.zh.md site/zh/index.md $(SITE_SRC_ZH)/
 	cp -pR notebooks/zh $(SITE_SRC_ZH)/notebooks/

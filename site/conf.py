@@ -53,11 +53,8 @@ if CHINESE:
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.githubpages"]
 root_doc = "index"
 # README.md is the home page's content (index.md includes it), not a page of its own; likewise
-# README.zh.md for the Chinese edition (site/zh/index.md). The English build's copy of notebooks/
-# holds the Chinese notebooks too: they are the other edition's pages, and the glossary with them.
+# README.zh.md for the Chinese edition (site/zh/index.md).
 exclude_patterns = ["README.md", "README.zh.md", "**/.ipynb_checkpoints"]
-if not CHINESE:
-    exclude_patterns += ["notebooks/zh/**", "docs/glossary-zh.md"]
 templates_path = ["templates"]
 
 # --- Notebooks (MyST-NB) ---------------------------------------------------------------------------
@@ -123,10 +120,31 @@ def copy_mathjax(app, exception):
             shutil.copy2(source / name, target / name)
 
 
+def other_edition_page(repo_path: str) -> str | None:
+    """The page of the other edition that the repository file `repo_path` is, if any: for the
+    English site README.zh.md, notebooks/zh/... and the glossary; for the Chinese one README.md,
+    the English notebooks and docs/."""
+    if not (ROOT / repo_path).is_file() or not repo_path.endswith((".md", ".ipynb")):
+        return None
+    page = repo_path.rsplit(".", 1)[0]
+    chinese = repo_path == "README.zh.md" or repo_path.startswith("notebooks/zh/") or page == "docs/glossary-zh"
+    if chinese == CHINESE or not (chinese or repo_path == "README.md" or repo_path.startswith(("notebooks/", "docs/"))):
+        return None
+    return root_doc if repo_path in ("README.md", "README.zh.md") else page
+
+
+def edition_url(pagename: str, other_page: str) -> str:
+    """The relative URL from this edition's `pagename` to the other edition's `other_page`. The
+    Chinese edition lives in zh/ of the English one, so the site works from any folder."""
+    here, there = ("zh/", "") if CHINESE else ("", "zh/")
+    return posixpath.relpath(there + other_page + ".html", posixpath.dirname(here + pagename) or ".")
+
+
 class LinksToTheRepository(SphinxPostTransform):
-    """A link to a file of the repository that is no page of the site (the README's
-    benchmarks/RESULTS.md, the guide's ../hub/LOAD.md) goes to that file on GitHub. A link to a
-    file that does not exist is left alone, so MyST still warns about it."""
+    """A link to a file of the repository that is a page of the other edition (the README's link
+    to the Chinese notebooks) goes to that page; to any other file that is no page of the site
+    (the README's benchmarks/RESULTS.md, the guide's ../hub/LOAD.md), to that file on GitHub. A
+    link to a file that does not exist is left alone, so MyST still warns about it."""
     default_priority = 8  # before MyST's own resolver (9), which would warn
 
     def run(self, **kwargs):
@@ -137,8 +155,11 @@ class LinksToTheRepository(SphinxPostTransform):
             repo_path = posixpath.normpath(posixpath.join(posixpath.dirname(self.env.docname), path))
             if not path or repo_path.startswith("..") or not (ROOT / repo_path).exists():
                 continue
-            link = nodes.reference("", "", *node.children, internal=False,
-                                   refuri=f"{REPOSITORY}/blob/{BRANCH}/{repo_path}{hash_}{anchor}")
+            other = other_edition_page(repo_path)
+            uri = (edition_url(self.env.docname, other) if other is not None
+                   else f"{REPOSITORY}/blob/{BRANCH}/{repo_path}")
+            link = nodes.reference("", "", *node.children, internal=other is not None,
+                                   refuri=f"{uri}{hash_}{anchor}")
             node.replace_self(link)
 
 
@@ -156,16 +177,29 @@ def counterpart(pagename: str) -> str:
 
 
 def language_switch(app, pagename, templatename, context, doctree):
-    """The link of templates/language-switch.html. The Chinese edition lives in zh/ of the English
-    one, so the link is relative: the site works from any folder and on GitHub Pages alike."""
-    here, there = ("zh/", "") if CHINESE else ("", "zh/")
-    url = posixpath.relpath(there + counterpart(pagename) + ".html", posixpath.dirname(here + pagename) or ".")
+    """The link of templates/language-switch.html."""
+    url = edition_url(pagename, counterpart(pagename))
     context["language_switch"] = (
         {"url": url, "label": "English", "hreflang": "en", "title": "Read this in English"} if CHINESE else
         {"url": url, "label": "中文", "hreflang": "zh-CN", "title": "中文版"})
 
 
+def chinese_search():
+    """Sphinx 9.0.4's Chinese search, whose JavaScript works: it ships English's stemmer
+    (english-stemmer.js: Latin words are stemmed as English, in the index as in the query) but
+    then sets `window.Stemmer = ChineseStemmer`, which no file defines, so every page of the
+    Chinese site failed with "ChineseStemmer is not defined" and search found nothing. The
+    JavaScript name is built from language_name, which is used for nothing else but a log line."""
+    from sphinx.search.zh import SearchChinese
+
+    class SearchChineseEnglishStemmer(SearchChinese):
+        language_name = "English"
+    return SearchChineseEnglishStemmer
+
+
 def setup(app):
+    if CHINESE:
+        app.add_search_language(chinese_search())
     app.connect("html-page-context", language_switch)
     app.add_post_transform(LinksToTheRepository)
     app.connect("autodoc-process-docstring", docstring_as_written)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import unicodedata
 from pathlib import Path
 
 import nbformat
@@ -179,6 +180,21 @@ MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$])\$[^$\n]+?\$", re.DOTALL)
 MARKER = re.compile(r"^\s*(#{1,6} |[-*+] |\d+\. |\||> |```|~~~|</?details|<summary)", re.MULTILINE)
 
 
+def unclosed_bold(block: str) -> list[str]:
+    """Lines whose closing ** CommonMark does not read as closing: after punctuation, a delimiter
+    closes only before a space or punctuation, so `**时长：**一节课` shows its asterisks (write
+    `**时长**：一节课`)."""
+    def punctuation(char):
+        return unicodedata.category(char)[0] in "PS"
+    bad = []
+    for line in block.split("\n"):
+        closing = [m.start() for m in re.finditer(r"\*\*", line)][1::2]
+        if any(punctuation(line[at - 1]) and line[at + 2:at + 3].strip()
+               and not punctuation(line[at + 2]) for at in closing):
+            bad.append(line)
+    return bad
+
+
 def code_spans(block: str) -> list[str]:
     return [m.group(0) for m in i18n.CODE_SPAN.finditer(block)]
 
@@ -195,6 +211,7 @@ def test_a_translation_keeps_code_numbers_formulas_and_markdown(stem, entry):
     assert structure(chinese) == structure(english), (
         f"{where}: the Markdown (headings, list items, table rows, fences, <details>) differs:\n"
         f"English {structure(english)}\nChinese {structure(chinese)}")
+    assert not unclosed_bold(chinese), f"{where}: bold that Markdown will not close: {unclosed_bold(chinese)}"
     if i18n.is_fenced(english):           # its code is kept; its words translated
         assert set(NUMBER.findall(english)) <= set(NUMBER.findall(chinese)), f"{where}: a number is missing"
         return

@@ -5,7 +5,7 @@
 #   make test-timed the same from a fresh clone in a temporary folder, timed (benchmarks/test_time.sh)
 #
 #   make unit       unit tests only (tests/, without tests/browser/)
-#   make notebooks  run every notebook under nbval (stored outputs must match)
+#   make notebooks  run every notebook under nbval (stored outputs must match), the Chinese ones too
 #   make notebooks-other-cpu  the notebooks that train, under nbval with other CPU kernels
 #   make browser    the real-browser test (tests/browser/), installs chromium if missing
 #   make bench      python -m benchmarks
@@ -15,10 +15,11 @@
 #   make sweep      train notebook 10's run, its lab and b1/b2's model on 24 seeds x 2 kernel settings:
 #                   tfmlib/data/sweep.json, the numbers the claims rest on (hours on 2 cores; not in make test)
 #   make execute    re-execute every notebook in place to refresh its stored outputs
+#   make i18n       update the Chinese catalogues from the English, regenerate notebooks/zh (tools/i18n.py)
 #   make teacher    install nbgrader and the course into .venv-teacher (requirements-teacher.txt),
 #                   and Debian's bubblewrap, the sandbox autograding runs each submission in
 #   make nbgrader-course  write the nbgrader course of the ten notebooks to nbgrader-course/
-#   make site       the course as a static website in build/site/ (Sphinx + MyST-NB, .venv-site)
+#   make site       the course as a static website in build/site/, the Chinese edition in build/site/zh/ (Sphinx + MyST-NB, .venv-site)
 #   make site-preview  make site, then serve it on http://127.0.0.1:8000
 #   make hub        install JupyterHub, its proxy, culler and nbgitpuller into .venv-hub (hub/requirements.txt)
 #   make hub-test   a class of 10 on a real JupyterHub on 127.0.0.1, nbgrader round trip included (hub/tests/)
@@ -65,6 +66,8 @@ SITE_STAMP := $(SITE_VENV)/.requirements.stamp
 # The site's sources gathered at their repository paths (site/conf.py says why), and the site.
 SITE_SRC ?= build/site-src
 SITE_OUT ?= build/site
+# The Chinese edition's sources: README.zh.md, notebooks/zh, the glossary; built into $(SITE_OUT)/zh.
+SITE_SRC_ZH ?= $(SITE_SRC)-zh
 # Sphinx's cache, beside the site rather than in it (it would be published with it).
 SITE_DOCTREES ?= $(SITE_OUT)-doctrees
 
@@ -102,7 +105,9 @@ NOTEBOOKS_DIR := notebooks
 # learner's session only prints that a run fell outside.
 SWEEP_STRICT := TFMLIB_SWEEP_STRICT=1
 OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
-TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus
+# The Chinese edition's copies of them too, once generated (notebooks/zh: same code, same outputs).
+TRAINED_NOTEBOOKS := $(NOTEBOOKS_DIR)/10_training.ipynb $(NOTEBOOKS_DIR)/bonus \
+	$(wildcard $(NOTEBOOKS_DIR)/zh/10_training.ipynb $(NOTEBOOKS_DIR)/zh/bonus)
 
 # make test trains each run once: the browser test executes the notebooks that train before nbval
 # does, and nbval's execution loads those runs (tfmlib/_runcache.py: same code, arguments, random
@@ -114,7 +119,7 @@ TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 CHROMIUM := /usr/bin/chromium
 BWRAP := /usr/bin/bwrap
 
-.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants execute chromium bubblewrap teacher nbgrader-course hub hub-test hub-load site site-install site-preview clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants execute i18n chromium bubblewrap teacher nbgrader-course hub hub-test hub-load site site-install site-preview clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -221,10 +226,18 @@ sweep: install
 	$(TEST_ENV) $(PY) tools/sweep.py --workers 2
 
 # Same environment as the tests, so that the refreshed outputs are the ones
-# nbval will compare against.
+# nbval will compare against. The Chinese notebooks are never executed: they are regenerated,
+# with the English notebooks' fresh outputs.
 execute: install
 	$(TEST_ENV) $(BIN)/jupyter execute --inplace $(NOTEBOOKS_DIR)/[0-9][0-9]_*.ipynb \
 	  $(wildcard $(NOTEBOOKS_DIR)/bonus/*.ipynb)
+	$(PY) tools/i18n.py generate
+
+# The Chinese edition (i18n/README.md): the catalogues follow the English notebooks (new, fuzzy
+# and obsolete entries), then every notebook whose catalogue is complete is regenerated.
+i18n: install
+	$(PY) tools/i18n.py extract
+	$(PY) tools/i18n.py generate
 
 # The nbgrader course of all ten notebooks (teacher/make_nbgrader_course.py); nbgrader's own
 # commands run in that folder, with .venv-teacher/bin first on PATH (README, "For teachers").
@@ -245,13 +258,21 @@ hub-load: hub
 # The stored notebooks, README.md and docs/ are copied to their repository paths in $(SITE_SRC)
 # (with their times, so that Sphinx rebuilds only what changed); site/ holds the configuration.
 # tests/site/ builds it once per test run with this same command and checks it in Chromium.
+# The Chinese edition is a second build, into $(SITE_OUT)/zh (site/conf.py: SITE_LANGUAGE); each
+# edition's sources hold only its own pages (links between them: site/conf.py, other_edition_page).
 site: site-install
-	rm -rf $(SITE_SRC)
-	mkdir -p $(SITE_SRC)
+	rm -rf $(SITE_SRC) $(SITE_SRC_ZH)
+	mkdir -p $(SITE_SRC) $(SITE_SRC_ZH)/notebooks $(SITE_SRC_ZH)/docs
 	cp -p README.md site/index.md site/api.md $(SITE_SRC)/
 	cp -pR notebooks docs $(SITE_SRC)/
+	rm -rf $(SITE_SRC)/notebooks/zh $(SITE_SRC)/docs/glossary-zh.md
 	$(SITE_BIN)/python -m sphinx -b html -W --keep-going -q -c site -d $(SITE_DOCTREES) $(SITE_SRC) $(SITE_OUT)
-	@echo "The site is in $(SITE_OUT)/ (index.html); to read it: make site-preview"
+	cp -p README.zh.md site/zh/index.md $(SITE_SRC_ZH)/
+	cp -pR notebooks/zh $(SITE_SRC_ZH)/notebooks/
+	cp -p docs/glossary-zh.md $(SITE_SRC_ZH)/docs/
+	env SITE_LANGUAGE=zh_CN $(SITE_BIN)/python -m sphinx -b html -W --keep-going -q -c site \
+	  -d $(SITE_DOCTREES)-zh $(SITE_SRC_ZH) $(SITE_OUT)/zh
+	@echo "The site is in $(SITE_OUT)/ (index.html), the Chinese edition in $(SITE_OUT)/zh/; to read it: make site-preview"
 
 site-preview: site
 	$(SITE_BIN)/python -m http.server --bind 127.0.0.1 --directory $(SITE_OUT) 8000

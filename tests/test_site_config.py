@@ -138,3 +138,15 @@ def test_reader_says_so_when_a_widget_has_no_still(reader):
     outputs = reader.read(widget_notebook(with_state=False)).cells[2].outputs
     assert [list(output.data) for output in outputs] == [["text/markdown"]]
     assert "In JupyterLab it moves" in outputs[0].data["text/markdown"]
+
+
+def test_make_site_builds_the_chinese_edition_into_zh():
+    """The second build: SITE_LANGUAGE=zh_CN, from the Chinese sources, into $(SITE_OUT)/zh; and the
+    search of a Chinese site needs jieba (Sphinx's zh search indexes no Chinese word without it)."""
+    recipe = re.search(r"^site: .*?\n((?:\t.*\n)+)", MAKEFILE.read_text(), re.M).group(1)
+    builds = [line for line in recipe.replace("\\\n", " ").splitlines() if "-m sphinx" in line]
+    assert len(builds) == 2, f"make site must build two editions, it runs {builds}"
+    assert "SITE_LANGUAGE" not in builds[0] and builds[0].rstrip().endswith("$(SITE_SRC) $(SITE_OUT)")
+    assert "SITE_LANGUAGE=zh_CN" in builds[1] and builds[1].rstrip().endswith("$(SITE_SRC_ZH) $(SITE_OUT)/zh")
+    assert "cp -pR notebooks/zh $(SITE_SRC_ZH)/notebooks/" in recipe
+    assert "jieba" in pins(ROOT / "requirements-site.txt")

@@ -14,11 +14,15 @@ conftest.py) from a local HTTP server.
   of the repository the README's own Binder badge names;
 * each notebook's page holds every cell's text in the notebook's order: markdown, code and
   outputs, the folded outputs too (the predict answers, in a closed <details>), a widget's note in
-  place of the widget, and no output of a cell that calls solution().
+  place of the widget, and no output of a cell that calls solution();
+* the Chinese edition (build/site/zh/, from notebooks/zh) passes all of the above too, its search
+  finds a Chinese word of each of its lessons, and every page of both editions has a language
+  switch to the same page in the other edition (or to its home page, for a page not translated).
 """
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import subprocess
@@ -37,6 +41,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = (sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
              + sorted((ROOT / "notebooks" / "bonus").glob("*.ipynb")))
+# The Chinese edition: the notebooks generated so far (tools/i18n.py), in the same order.
+NOTEBOOKS_ZH = (sorted((ROOT / "notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))
+                + sorted((ROOT / "notebooks" / "zh" / "bonus").glob("*.ipynb")))
+GLOSSARY = ROOT / "docs" / "glossary-zh.md"
 BUILD_TIMEOUT_S = 900
 PAGE_TIMEOUT_MS = 60_000
 # The README's badges, the only pictures the site takes from elsewhere.
@@ -74,16 +82,19 @@ def built_site(tmp_path_factory) -> BuiltSite:
 
 
 def page_of(notebook: Path) -> str:
-    """The site's path of a notebook's page: notebooks/05_attention.ipynb -> notebooks/05_attention.html."""
-    return notebook.relative_to(ROOT).with_suffix(".html").as_posix()
+    """The site's path of a notebook's page: notebooks/05_attention.ipynb -> notebooks/05_attention.html;
+    the Chinese edition is the site in zh/: notebooks/zh/01_shapes.ipynb -> zh/notebooks/zh/01_shapes.html."""
+    path = notebook.relative_to(ROOT).with_suffix(".html").as_posix()
+    return f"zh/{path}" if path.startswith("notebooks/zh/") else path
 
 
 def test_the_site_builds_without_a_warning(built_site):
     warnings = [line for line in built_site.log.splitlines() if re.search(r"warning|error", line, re.I)]
     assert not warnings, "make site printed warnings:\n" + "\n".join(warnings)
     pages = set(site_pages(built_site.html))
-    expected = {"index.html", "api.html", "search.html", "docs/teachers_guide.html"}
-    expected |= {page_of(notebook) for notebook in NOTEBOOKS}
+    expected = {"index.html", "api.html", "search.html", "docs/teachers_guide.html",
+                "zh/index.html", "zh/search.html", "zh/docs/glossary-zh.html"}
+    expected |= {page_of(notebook) for notebook in NOTEBOOKS + NOTEBOOKS_ZH}
     assert expected <= pages, f"pages missing from the site: {sorted(expected - pages)}"
 
 
@@ -113,6 +124,7 @@ class Visit:
     broken_images: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)           # every href, absolute
     ids: set[str] = field(default_factory=set)
+    language_switch: str | None = None                       # its href, absolute
 
 
 @pytest.fixture(scope="session")
@@ -148,6 +160,7 @@ READ_PAGE = """async () => {
                  .map(i => i.currentSrc || i.src),
     links: Array.from(document.querySelectorAll('a[href]'), a => a.href),
     ids: Array.from(document.querySelectorAll('[id]'), e => e.id),
+    languageSwitch: (document.querySelector('a.language-switch') || {}).href || null,
   };
 }"""
 
@@ -155,7 +168,7 @@ READ_PAGE = """async () => {
 def site_pages(site: Path) -> list[str]:
     """The site's pages, as paths: not the theme's Jinja macro files it copies to _static/."""
     return sorted(path.relative_to(site).as_posix() for path in site.rglob("*.html")
-                  if path.relative_to(site).parts[0] != "_static")
+                  if "_static" not in path.relative_to(site).parts)
 
 
 @pytest.fixture(scope="session")
@@ -176,6 +189,7 @@ def visits(built_site, site_url, site_context) -> dict[str, Visit]:
         finally:
             page.close()
         visit.broken_images, visit.links, visit.ids = state["broken"], state["links"], set(state["ids"])
+        visit.language_switch = state["languageSwitch"]
     return result
 
 
@@ -192,7 +206,7 @@ def test_every_image_is_drawn(visits):
 def test_every_figure_of_a_notebook_is_on_its_page(built_site):
     """A notebook's page has at least as many pictures as the notebook stores figures."""
     short = []
-    for notebook in NOTEBOOKS:
+    for notebook in NOTEBOOKS + NOTEBOOKS_ZH:
         page_html = (built_site.html / page_of(notebook)).read_text()
         article = page_html[page_html.find("<article"):page_html.rfind("</article>")]
         stored, shown = _count_pictures(_read(notebook)), article.count("<img ")
@@ -244,12 +258,37 @@ def unique_words(notebooks: list[Path]) -> dict[Path, str]:
     return chosen
 
 
-def test_search_finds_a_word_of_each_notebook(site_context, site_url):
+def search_terms(site: Path) -> set[str]:
+    """The words a built site's search index holds (Sphinx's searchindex.js)."""
+    text = (site / "searchindex.js").read_text(encoding="utf-8")
+    return set(json.loads(text[text.index("(") + 1:text.rindex(")")])["terms"])
+
+
+def chinese_words(notebooks: list[Path], indexed: set[str]) -> dict[Path, str]:
+    """For each Chinese notebook, a term of the glossary (docs/glossary-zh.md, two Chinese characters
+    or more) that its prose uses and that the search index holds as one word (jieba cuts
+    多头注意力 into 多头 and 注意力), the one fewest other Chinese notebooks use (then the longest)."""
+    terms = set(re.findall(r"^\|[^|]*\|\s*([\u4e00-\u9fff]{2,})\s*\|", GLOSSARY.read_text(), re.M)) & indexed
+    prose = {nb: " ".join(cell.source for cell in _read(nb).cells if cell.cell_type == "markdown")
+             for nb in notebooks}
+    chosen = {}
+    for nb, text in prose.items():
+        used = [t for t in terms if t in text]
+        assert used, f"{nb.name}: its prose uses no term of the glossary"
+        chosen[nb] = min(used, key=lambda t: (sum(t in other for o, other in prose.items() if o != nb), -len(t), t))
+    return chosen
+
+
+@pytest.mark.parametrize("edition", ["en", "zh"])
+def test_search_finds_a_word_of_each_notebook(built_site, site_context, site_url, edition):
     page = site_context.new_page()
     missed = []
+    words = (unique_words(NOTEBOOKS) if edition == "en"
+             else chinese_words(NOTEBOOKS_ZH, search_terms(built_site.html / "zh")))
+    search = "search.html" if edition == "en" else "zh/search.html"
     try:
-        for notebook, word in unique_words(NOTEBOOKS).items():
-            page.goto(f"{site_url}/search.html?q={word}", wait_until="load", timeout=PAGE_TIMEOUT_MS)
+        for notebook, word in words.items():
+            page.goto(f"{site_url}/{search}?q={word}", wait_until="load", timeout=PAGE_TIMEOUT_MS)
             page.wait_for_function(
                 "() => (document.querySelector('#search-results .search-summary') || {}).innerText",
                 timeout=PAGE_TIMEOUT_MS)
@@ -262,6 +301,23 @@ def test_search_finds_a_word_of_each_notebook(site_context, site_url):
     assert not missed, "search missed:\n" + "\n".join(missed)
 
 
+# --- The language switch ---------------------------------------------------------------------------
+
+def test_every_page_switches_to_the_same_page_in_the_other_edition(visits, site_url):
+    """A lesson's page switches to its translation (and back); a lesson not translated yet, and
+    every other page, switches to the other edition's home page."""
+    translated = {page_of(nb): page_of(ROOT / "notebooks" / nb.relative_to(ROOT / "notebooks" / "zh"))
+                  for nb in NOTEBOOKS_ZH}
+    pairs = {**translated, **{english: chinese for chinese, english in translated.items()}}
+    wrong = []
+    for path, visit in visits.items():
+        home = "index.html" if path.startswith("zh/") else "zh/index.html"
+        expected = f"{site_url}/{pairs.get(path, home)}"
+        if visit.language_switch != expected:
+            wrong.append(f"{path}: switches to {visit.language_switch}, expected {expected}")
+    assert not wrong, "\n".join(wrong)
+
+
 # --- Launch links ---------------------------------------------------------------------------------
 
 def test_launch_links_open_their_own_notebook(visits):
@@ -270,7 +326,7 @@ def test_launch_links_open_their_own_notebook(visits):
     assert badge, "README.md has no Binder badge to take the repository from"
     owner, repo, branch = badge.groups()
     wrong = []
-    for notebook in NOTEBOOKS:
+    for notebook in NOTEBOOKS + NOTEBOOKS_ZH:
         path = notebook.relative_to(ROOT).as_posix()
         links = visits[page_of(notebook)].links
         binder = [l for l in links if l.startswith("https://mybinder.org/")]
@@ -292,7 +348,8 @@ def test_launch_links_open_their_own_notebook(visits):
 
 # --- Each notebook's text, nothing dropped --------------------------------------------------------
 
-WORD = re.compile(r"[A-Za-z0-9]+")
+# A word: a run of Latin letters and digits, or of Chinese characters (the Chinese edition).
+WORD = re.compile(r"[A-Za-z0-9]+|[\u4e00-\u9fff]+")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.S)
@@ -411,7 +468,7 @@ def dropped(notebook: Path, page_html: str) -> list[str]:
     return missing
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda nb: nb.stem)
+@pytest.mark.parametrize("notebook", NOTEBOOKS + NOTEBOOKS_ZH, ids=page_of)
 def test_page_shows_every_cell_of_its_notebook(built_site, notebook):
     page_html = (built_site.html / page_of(notebook)).read_text()
     missing = dropped(notebook, page_html)
@@ -433,7 +490,7 @@ def test_the_text_check_sees_a_dropped_paragraph(built_site):
 def test_predict_answers_are_folded(built_site):
     """Each cell the notebook folds (a predict answer) is on its page in a closed <details>."""
     unfolded = []
-    for notebook in NOTEBOOKS:
+    for notebook in NOTEBOOKS + NOTEBOOKS_ZH:
         folded = [cell for cell in _read(notebook).cells
                   if cell.cell_type == "code" and cell.outputs
                   and (cell.metadata.get("jupyter", {}).get("outputs_hidden")
@@ -450,7 +507,7 @@ def test_predict_answers_are_folded(built_site):
 
 def test_solution_output_is_never_shown(built_site):
     shown = []
-    for notebook in NOTEBOOKS:
+    for notebook in NOTEBOOKS + NOTEBOOKS_ZH:
         text = article_words((built_site.html / page_of(notebook)).read_text())
         for cell in _read(notebook).cells:
             if cell.cell_type == "code" and SOLUTION_CALL.search(cell.source):

@@ -13,6 +13,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
+import mistune
 import nbformat
 import polib
 import pytest
@@ -177,6 +178,8 @@ NUMBER = re.compile(r"\d+(?:\.\d+)?")
 MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$])\$[^$\n]+?\$", re.DOTALL)
 # The Markdown that gives a block its shape: heading marks, list items, table rows, quotes, fences,
 # the <details> tags. A translation keeps them, line for line.
+#: Markdown to HTML as nbconvert renders a notebook's markdown.
+RENDER = mistune.create_markdown()
 MARKER = re.compile(r"^\s*(#{1,6} |[-*+] |\d+\. |\||> |```|~~~|</?details|<summary)", re.MULTILINE)
 
 
@@ -193,6 +196,14 @@ def unclosed_bold(block: str) -> list[str]:
                and not punctuation(line[at + 2]) for at in closing):
             bad.append(line)
     return bad
+
+
+def emphasis(block: str) -> tuple[int, int, bool]:
+    """How Markdown renders the block's emphasis (nbconvert's renderer, mistune): the number of
+    bold and italic spans, and whether asterisks are left over as text. The pairing rules of
+    CommonMark are subtle next to CJK punctuation; the renderer, not a pattern, decides."""
+    html = RENDER(block)
+    return html.count("<strong>"), html.count("<em>"), "**" in html
 
 
 def code_spans(block: str) -> list[str]:
@@ -212,6 +223,9 @@ def test_a_translation_keeps_code_numbers_formulas_and_markdown(stem, entry):
         f"{where}: the Markdown (headings, list items, table rows, fences, <details>) differs:\n"
         f"English {structure(english)}\nChinese {structure(chinese)}")
     assert not unclosed_bold(chinese), f"{where}: bold that Markdown will not close: {unclosed_bold(chinese)}"
+    assert emphasis(chinese) == emphasis(english), (
+        f"{where}: rendered, the translation has other bold/italic than the English, or shows its "
+        f"asterisks: (bold, italic, literal **) English {emphasis(english)}, Chinese {emphasis(chinese)}")
     if i18n.is_fenced(english):           # its code is kept; its words translated
         assert set(NUMBER.findall(english)) <= set(NUMBER.findall(chinese)), f"{where}: a number is missing"
         return

@@ -393,7 +393,8 @@ def _to(value, dtype):
 
 def forward_in_float64(params, src, tgt_in, config, training=False):
     memory, src_mask = encode_source(_to(params, torch.float64), src, config, training)
-    return decode_target(_to(params, torch.float64), tgt_in, memory, src_mask, config, training).float()
+    logits = decode_target(_to(params, torch.float64), tgt_in, memory, src_mask, config, training)
+    return logits.to(params["embedding"].dtype)   # more precise inside, the model's dtype outside
 
 
 def forward_keywords(params, src, tgt_in, config, training=False):

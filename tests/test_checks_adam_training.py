@@ -371,7 +371,8 @@ def test_shift_right_with_a_start_token_prepended_is_named():
 
 def forward_from_stacks(params, src, tgt_in, config, training=False):
     options = dict(norm_first=config.norm_first, dropout_p=config.dropout_p, training=training)
-    pe = sinusoidal_positional_encoding(config.max_len, config.d_model)
+    # the table in the model's dtype: a float32 table would turn a float16 model's logits float32
+    pe = sinusoidal_positional_encoding(config.max_len, config.d_model, dtype=params["embedding"].dtype)
     src_mask = padding_mask(src, PAD_ID)
     memory = encoder(add_positional_encoding(embed(src, params["embedding"]), pe), params["encoder"],
                      config.num_heads, src_mask, final_norm=params["encoder_norm"], **options)
@@ -393,7 +394,8 @@ def _to(value, dtype):
 
 def forward_in_float64(params, src, tgt_in, config, training=False):
     memory, src_mask = encode_source(_to(params, torch.float64), src, config, training)
-    return decode_target(_to(params, torch.float64), tgt_in, memory, src_mask, config, training).float()
+    logits = decode_target(_to(params, torch.float64), tgt_in, memory, src_mask, config, training)
+    return logits.to(params["embedding"].dtype)   # more precise inside, the model's dtype outside
 
 
 def forward_keywords(params, src, tgt_in, config, training=False):

@@ -510,3 +510,86 @@ def test_each_refused_builtin_is_named_in_the_notebook_text(name):
     assert "The checks refuse an answer that calls PyTorch's own version of what an exercise asks" in text
     for dotted in FORBIDDEN[name]:
         assert dotted.rsplit(".", 1)[-1] in text, dotted
+
+
+# ---- the second learner trial of round 4 (TRIAL.md): shortcuts that still passed ----------------
+
+_OWN: dict = {}
+
+
+def positional_encoding_into_its_own_buffer(max_len, d_model):
+    """A table kept per size and refilled on every call: the next call overwrites the last output."""
+    table = _OWN.setdefault(("pe", max_len, d_model), torch.empty(max_len, d_model))
+    return table.copy_(positional_encoding_made_each_call(max_len, d_model))
+
+
+def top_k_into_its_own_buffer(logits, k):
+    buffer = _OWN.setdefault(("top_k", logits.shape, logits.dtype), torch.empty_like(logits))
+    kth = logits.topk(min(k, logits.size(-1)), dim=-1).values[..., -1:]
+    return buffer.copy_(logits.masked_fill(logits < kth, float("-inf")))
+
+
+def split_heads_a_view_of_its_input(x, num_heads):
+    batch, length, d_model = x.shape
+    return x.view(batch, length, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+_ROPE_BY_LENGTH: dict = {}
+
+
+def rope_cached_by_length(x, positions=None):
+    length, d = x.shape[-2:]
+    if positions is not None or length not in _ROPE_BY_LENGTH:  # the angles of the first D seen
+        pos = torch.arange(length) if positions is None else positions
+        theta = (pos[:, None].double() / 10000 ** (torch.arange(0, d, 2).double() / d)).repeat_interleave(2, -1)
+        if positions is not None:
+            return rope_angles_in_xs_dtype(x, positions)
+        _ROPE_BY_LENGTH[length] = theta
+    theta = _ROPE_BY_LENGTH[length][:, :d]
+    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return x * theta.cos().to(x.dtype) + rotated * theta.sin().to(x.dtype)
+
+
+_STEPS_BY_LIST: dict = {}
+
+
+def adam_step_counting_by_id_of_the_list(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    """t kept per list object instead of in the state: a fresh adam_init does not reset it."""
+    _STEPS_BY_LIST[id(parameters)] = _STEPS_BY_LIST.get(id(parameters), 0) + 1
+    state["t"] = _STEPS_BY_LIST[id(parameters)] - 1
+    adam_step_moments_in_the_state(parameters, state, lr, betas, eps)
+
+
+def forward_logits_as_float32(params, src, tgt_in, config, training=False):
+    from tfmlib.training import decode_target, encode_source
+    memory, src_mask = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, src_mask, config, training).float()
+
+
+@pytest.mark.parametrize("name, wrong, case, said", [
+    ("sinusoidal_positional_encoding", positional_encoding_into_its_own_buffer, "called twice",
+     "wrote into the output of its first call"),
+    ("top_k_filter", top_k_into_its_own_buffer, "called twice", "wrote into the output of its first call"),
+    ("apply_rope", rope_cached_by_length, "nothing kept by L alone", "raised"),
+    ("forward", forward_logits_as_float32, "float64 inputs", "dtype torch.float32, expected torch.float64"),
+])
+def test_the_second_trials_passing_shortcuts_now_fail(name, wrong, case, said):
+    result = check(name, wrong)
+    assert not result and case in result.details and said in str(result), str(result)
+
+
+def test_adam_step_counted_by_id_of_the_list_fails():
+    result = check("adam", (adam_init_with_moments, adam_step_counting_by_id_of_the_list))
+    assert not result and "values differ" in result.message, str(result)
+
+
+@pytest.mark.parametrize("name, right", [("split_heads", split_heads_a_view_of_its_input),
+                                         ("apply_rope", rope_angles_in_xs_dtype)])
+def test_a_view_of_the_input_and_a_fresh_tensor_still_pass(name, right):
+    assert check(name, right), str(check(name, right))
+
+
+def test_attention_layers_go_past_512_where_past_1024_is_too_dear():
+    for name in ("multi_head_attention", "cached_self_attention", "decoder_layer"):
+        sizes = [int(m) for c in REGISTRY[name].cases() for m in re.findall(r"= (\d+), past", c.label)]
+        assert any(512 < s <= 1024 for s in sizes), name

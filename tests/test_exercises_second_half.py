@@ -284,7 +284,7 @@ def forward_by_keywords(params, src, tgt_in, config, training=False):
 
 def forward_written_out(params, src, tgt_in, config, training=False):
     options = dict(norm_first=config.norm_first, dropout_p=config.dropout_p, training=training)
-    pe = sinusoidal_positional_encoding(config.max_len, config.d_model)
+    pe = sinusoidal_positional_encoding(config.max_len, config.d_model, dtype=params["embedding"].dtype)
     src_mask = padding_mask(src, PAD_ID)
     memory = encoder(add_positional_encoding(embed(src, params["embedding"]), pe), params["encoder"],
                      config.num_heads, src_mask, final_norm=params["encoder_norm"], **options)

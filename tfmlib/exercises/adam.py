@@ -30,6 +30,7 @@ parameter instead; the two agree whenever every parameter has a gradient on ever
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -162,11 +163,14 @@ def _trajectory(problem: _Problem, init, step) -> list[list[torch.Tensor]]:
     same tensors, reset in place, from a fresh init: moments kept outside the state (keyed by id(p))
     carry over and show."""
     model = [p.clone().requires_grad_() for p in problem.params]  # the model's own tensors
+    # The list handed to the optimizer, which may rebind its entries: the same object in both
+    # runs, as a training loop's, so that a state kept by id(parameters) carries over and shows.
+    params = list(model)
     for _ in range(2 if init is not None else 1):
         with torch.no_grad():
             for p, value in zip(model, problem.params):
                 p.copy_(value)
-        params = list(model)  # the list handed to the optimizer, which may rebind its entries
+        params[:] = model
         state = init(params) if init is not None else None
         trajectory = []
         shapes = [p.shape for p in params]
@@ -283,7 +287,7 @@ def _adam_step_variant(*, reinit=False, t_per_parameter=None, bias_correction=Tr
         beta1, beta2 = (0.9, 0.999) if fixed_betas else betas
         if not t_after_update and t_per_parameter is None:
             state["t"] += 1
-        context = torch.no_grad() if no_grad else _nothing()
+        context = torch.no_grad() if no_grad else contextlib.nullcontext()
         with context:
             for i, p in enumerate(params):
                 if t_per_parameter == "before the None check":
@@ -320,14 +324,6 @@ def _adam_step_variant(*, reinit=False, t_per_parameter=None, bias_correction=Tr
         if t_after_update:
             state["t"] += 1
     return step
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _adam_init_aliased(parameters):
@@ -429,7 +425,7 @@ register(Exercise(
 
 def _sgd_variant(*, skip_none=True, no_grad=True, in_place=True, sign=-1.0, grad_as_scratch=False):
     def step(parameters, lr):
-        with torch.no_grad() if no_grad else _nothing():
+        with torch.no_grad() if no_grad else contextlib.nullcontext():
             for p in parameters:
                 if skip_none and p.grad is None:
                     continue

@@ -178,10 +178,15 @@ class Exercise:
                                         for t in _tensors_in((start.args, start.kwargs)) if t.is_leaf})
         call = _without_defaults(fn, self.reference) if case.omit_defaults and callable(fn) else fn
         if before.first is not None:
-            _in_place_between_calls(self._call(call, working), working, before)
+            kept = _in_place_between_calls(self._call(call, working), working, before)
         leaves = _track_gradients(working, _argument_names(self, case)) \
             if self.gradients and before.first is None else {}
         value = self._call(call, working)
+        if before.first is not None and not all(_same_value(t, held) for t, held in kept):
+            raise OutputOverwrittenError(
+                "your function's second call wrote into the output of its first call: it returns a view "
+                "of a buffer of its own, so a caller's earlier result changes under it\nreturn a new "
+                "tensor on every call (compute it afresh, or return a .clone() of what you keep)")
         changed = tuple(path for name, old, new in _named_arguments(self, before, working)
                         if name not in self.updates for path in _changes(name, old, new))
         gradients = _gradients(value, leaves) if self.gradients else None
@@ -412,6 +417,7 @@ def _detached(value):
 
 LONG, WIDE = 65, 257  # past every length (64) and every width (256) that the notebooks use
 FAR = 1025  # past 1024: an answer's 512-row buffer shows
+HALF_FAR = 513  # past 512, where past 1024 costs too much: a 512 x 512 causal buffer shows
 _PAST = ", past the notebook's sizes"
 
 
@@ -443,10 +449,12 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
         together = _all_resized(case, names, contract, axes, size) if len(apart) > 1 else None
         derived += [together] if together is not None and _reference_accepts(exercise, together) else apart
     derived += [_resized(case, names, axis, contract.axes[axis], None) for axis in contract.drop]
-    for axis in (a for a in contract.axes if a != "B"):  # past 1024 where that costs under 50 ms: the
-        probe = _resized(case, names, axis, contract.axes[axis], WIDE)  # cost grows at most as length squared
-        if probe is not None and _work(exercise, probe) < FAR_WORK / (FAR / WIDE) ** 2:
-            derived.append(_resized(case, names, axis, contract.axes[axis], FAR))
+    for axis in (a for a in contract.axes if a != "B"):  # past 1024 where that costs under 50 ms, else
+        probe = _resized(case, names, axis, contract.axes[axis], WIDE)  # past 512: the cost grows at most
+        work = _work(exercise, probe) if probe is not None else None  # as the length squared
+        size = next((s for s in (FAR, HALF_FAR) if work is not None and work < FAR_WORK / (s / WIDE) ** 2), None)
+        if size is not None:
+            derived.append(_resized(case, names, axis, contract.axes[axis], size))
     for name in [*names, *case.kwargs]:  # a mask that hides every key, and one that hides none
         mask = _value_of(case, names, name)
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
@@ -514,15 +522,25 @@ def _called_again(case: Case, names: list[str]) -> list[Case]:
                                         "the first output overwritten and the values changed in place in between")]
 
 
-def _in_place_between_calls(output, working: Case, new: Case) -> None:
+def _in_place_between_calls(output, working: Case, new: Case) -> list:
     """What a caller does between two calls (Case.first): reuse the first output's memory, and
-    write the next values into the same argument tensors."""
+    write the next values into the same argument tensors. Returns (tensor, copy) for each tensor
+    of the first output that is no view of an argument: the second call must leave it alone."""
     for t in _tensors_in(output):
         with contextlib.suppress(RuntimeError):  # an expanded view cannot be written
             t.detach().fill_(float("nan") if t.is_floating_point() else 1)
+    arguments = list(_tensors_in((working.args, working.kwargs)))
     with torch.no_grad():
-        for old, value in zip(_tensors_in((working.args, working.kwargs)), _tensors_in((new.args, new.kwargs))):
+        for old, value in zip(arguments, _tensors_in((new.args, new.kwargs))):
             old.copy_(value)
+    storages = {a.untyped_storage().data_ptr() for a in arguments}
+    return [(t, t.detach().clone()) for t in _tensors_in(output)
+            if t.untyped_storage().data_ptr() not in storages]
+
+
+class OutputOverwrittenError(Exception):
+    """The answer's second call wrote into its first call's output (a buffer of its own)."""
+    found_by_the_checker = True  # the check says this message, not "your function raised ..."
 
 
 FAR_WORK = 2e7  # what one core does in ~50 ms, counted, not timed: any machine derives the same cases

@@ -222,6 +222,7 @@ def _rope_cases() -> list[Case]:
         Case("positions given (an offset of 4)", (torch.randn(2, 3, 6, generator=g),),
              {"positions": torch.arange(4, 7)}),
         Case("one position, one pair (L = 1, D = 2)", (torch.randn(3, 1, 2, generator=g),)),
+        Case("the first case's L with another D: nothing kept by L alone", (torch.randn(5, 8, generator=g),)),
     ]
 
 

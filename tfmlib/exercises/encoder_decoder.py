@@ -43,6 +43,12 @@ def _sublayer(x, sublayer, norm, pre_ln=False):
     return layer_norm(x + sublayer(x), norm["gamma"], norm["beta"])
 
 
+def _pre_ln(variant) -> Mistake:
+    return Mistake("Pre-LN instead of Post-LN", "this layer is Post-LN, as in the 2017 paper: LayerNorm(x + "
+                   "sublayer(x)) after each sublayer; Pre-LN, x + sublayer(LayerNorm(x)), is the modern variant",
+                   variant)
+
+
 def _attention(params, num_heads, mask, memory=None):
     """The sublayer h -> attention(h, kv, kv): self-attention, or cross-attention on `memory`."""
     def attend(h):
@@ -122,10 +128,7 @@ register(Exercise(
         Mistake("sublayers in the wrong order (FFN first)",
                 "self-attention comes first, then the FFN",
                 _encoder_layer_variant(order="ffn first")),
-        Mistake("Pre-LN instead of Post-LN",
-                "this layer is Post-LN, as in the 2017 paper: LayerNorm(x + sublayer(x)) after each "
-                "sublayer; Pre-LN, x + sublayer(LayerNorm(x)), is the modern variant",
-                _encoder_layer_variant(pre_ln=True)),
+        _pre_ln(_encoder_layer_variant(pre_ln=True)),
         Mistake("residual added in place to the caller's x",
                 "`x += attention(...)` overwrites the tensor the caller passed in: write "
                 "`h = x + attention(...)`, a new tensor",
@@ -150,64 +153,15 @@ def _encoder_cases() -> list[Case]:
                  (torch.randn(3, 4, 12, generator=g), layers(4, 12, 16), 3))]
 
 
-def _layer(hidden, params, num_heads, mask):
-    return encoder_layer(hidden, params, num_heads, mask)
-
-
-def _encoder_every_layer_reads_x(x, layers, num_heads, mask=None):
-    hidden = x
-    for params in layers:
-        hidden = _layer(x, params, num_heads, mask)
-    return hidden
-
-
-def _encoder_returns_in_loop(x, layers, num_heads, mask=None):
-    hidden = x
-    for params in layers:
-        hidden = _layer(hidden, params, num_heads, mask)
+def _encoder_variant(order=list, reads="hidden", pass_mask=True, layer=encoder_layer):
+    """encoder with one classic mistake: the layers `order(layers)` (a slice, reversed, the first
+    params every time), each reading the running hidden state or the original x."""
+    def variant(x, layers, num_heads, mask=None):
+        hidden = x
+        for params in order(layers):
+            hidden = layer(x if reads == "x" else hidden, params, num_heads, mask if pass_mask else None)
         return hidden
-
-
-def _encoder_skips_last(x, layers, num_heads, mask=None):
-    hidden = x
-    for i in range(len(layers) - 1):
-        hidden = _layer(hidden, layers[i], num_heads, mask)
-    return hidden
-
-
-def _encoder_skips_first(x, layers, num_heads, mask=None):
-    hidden = x
-    for params in layers[1:]:
-        hidden = _layer(hidden, params, num_heads, mask)
-    return hidden
-
-
-def _encoder_reversed(x, layers, num_heads, mask=None):
-    hidden = x
-    for params in reversed(layers):
-        hidden = _layer(hidden, params, num_heads, mask)
-    return hidden
-
-
-def _encoder_first_params_every_time(x, layers, num_heads, mask=None):
-    hidden = x
-    for _ in layers:
-        hidden = _layer(hidden, layers[0], num_heads, mask)
-    return hidden
-
-
-def _encoder_no_mask(x, layers, num_heads, mask=None):
-    hidden = x
-    for params in layers:
-        hidden = _layer(hidden, params, num_heads, None)
-    return hidden
-
-
-def _encoder_in_place(x, layers, num_heads, mask=None):
-    hidden = x
-    for params in layers:
-        hidden = _encoder_layer_in_place(hidden, params, num_heads, mask)
-    return hidden
+    return variant
 
 
 register(Exercise(
@@ -219,30 +173,30 @@ register(Exercise(
     mistakes=[
         Mistake("every layer fed the original x",
                 "pass the running hidden state on: hidden = layer(hidden, ...), not layer(x, ...)",
-                _encoder_every_layer_reads_x),
+                _encoder_variant(reads="x")),
         Mistake("return inside the loop: only the first layer ran",
                 "indent `return hidden` out of the for loop, so that every layer runs",
-                _encoder_returns_in_loop),
+                _encoder_variant(order=lambda layers: layers[:1])),
         Mistake("skips the last layer",
                 "run every layer: `for params in layers:` (range(len(layers) - 1) and layers[:-1] "
                 "stop one short)",
-                _encoder_skips_last),
+                _encoder_variant(order=lambda layers: layers[:-1])),
         Mistake("skips the first layer",
                 "run every layer, layers[0] included: `for params in layers:`, not layers[1:]",
-                _encoder_skips_first),
+                _encoder_variant(order=lambda layers: layers[1:])),
         Mistake("layers applied in reverse order",
                 "apply the layers in list order: layers[0] first",
-                _encoder_reversed),
+                _encoder_variant(order=lambda layers: layers[::-1])),
         Mistake("the first layer's params used for every layer",
                 "each layer has its own params: loop over `layers` and use the params of this iteration",
-                _encoder_first_params_every_time),
+                _encoder_variant(order=lambda layers: layers[:1] * len(layers))),
         Mistake("mask not passed to the layers",
                 "hand the mask to every layer: encoder_layer(hidden, params, num_heads, mask)",
-                _encoder_no_mask),
+                _encoder_variant(pass_mask=False)),
         Mistake("a layer adds its residual in place to the caller's x",
                 "your layer does `x += ...` on the tensor it is given, so the caller's x changes: "
                 "write `h = x + ...`, a new tensor",
-                _encoder_in_place),
+                _encoder_variant(layer=_encoder_layer_in_place)),
     ],
 ))
 
@@ -328,10 +282,7 @@ register(Exercise(
                 _decoder_layer_variant(norms=("norm1", "norm1", "norm1")),
                 also=(_decoder_layer_variant(norms=("norm1", "norm2", "norm2")),
                       _decoder_layer_variant(norms=("norm1", "norm1", "norm2")))),
-        Mistake("Pre-LN instead of Post-LN",
-                "this layer is Post-LN, as in the 2017 paper: LayerNorm(x + sublayer(x)) after each "
-                "sublayer; Pre-LN, x + sublayer(LayerNorm(x)), is the modern variant",
-                _decoder_layer_variant(pre_ln=True)),
+        _pre_ln(_decoder_layer_variant(pre_ln=True)),
         Mistake("residual added in place to the caller's x",
                 "`x += self_attention(...)` overwrites the tensor the caller passed in: write "
                 "`h = x + self_attention(...)`, a new tensor",

@@ -171,6 +171,11 @@ def _merge_with_view(x):
     return x.transpose(1, 2).view(batch, length, num_heads * d_k)
 
 
+def _view_on_transposed(variant) -> Mistake:
+    return Mistake(".view on a transposed tensor", "after transpose the tensor is not contiguous: use "
+                   ".reshape(...) (or .contiguous().view(...))", variant)
+
+
 def _merge_strided(x):
     batch, num_heads, length, d_k = x.shape
     return x.permute(0, 2, 3, 1).reshape(batch, length, num_heads * d_k)
@@ -193,10 +198,7 @@ register(Exercise(
                 "reshape reads elements in memory order: .transpose(1, 2) to (B, L, H, d_k) first, "
                 "so each token's heads sit side by side, then reshape",
                 _merge_interleaved),
-        Mistake(".view on a transposed tensor",
-                "after transpose the tensor is not contiguous: use .reshape(...) "
-                "(or .contiguous().view(...))",
-                _merge_with_view),
+        _view_on_transposed(_merge_with_view),
         Mistake("features merged as (d_k, H)",
                 "concatenate head after head: transpose to (B, L, H, d_k), H before d_k, then reshape",
                 _merge_strided),
@@ -291,10 +293,7 @@ register(Exercise(
         Mistake("merged without transposing back (heads interleaved)",
                 "merge with .transpose(1, 2) back to (B, L, H, d_k) first, then reshape to (B, L, D)",
                 _mha_variant(merge=_merge_interleaved)),
-        Mistake(".view on a transposed tensor",
-                "after transpose the tensor is not contiguous: use .reshape(...) "
-                "(or .contiguous().view(...))",
-                _mha_variant(merge=_merge_with_view)),
+        _view_on_transposed(_mha_variant(merge=_merge_with_view)),
         Mistake("mask not passed down (mask=None inside)",
                 "hand the mask you received to the attention: scaled_dot_product_attention(q, k, v, mask)",
                 _mha_variant(pass_mask=False)),

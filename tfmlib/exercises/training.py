@@ -146,8 +146,8 @@ def _encoded_without_gradient(params, src, tgt_in, config, training=False):
 
 register(Exercise(
     name="forward",
-    contract=Contract(axes={"B": {"src": (0,), "tgt_in": (0,)}, "Lt": {"tgt_in": (1,)}},
-                      float64=False),  # the model's positional table is float32, as in notebook 10
+    # float64 and half precision too: the positional table follows the weights' dtype
+    contract=Contract(axes={"B": {"src": (0,), "tgt_in": (0,)}, "Lt": {"tgt_in": (1,)}}),
     reference=forward,
     make_cases=_forward_cases,
     run=_forward_run,

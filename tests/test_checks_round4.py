@@ -512,7 +512,7 @@ def test_each_refused_builtin_is_named_in_the_notebook_text(name):
         assert dotted.rsplit(".", 1)[-1] in text, dotted
 
 
-# ---- the second learner trial of round 4 (TRIAL.md): shortcuts that still passed ----------------
+# ---- the second learner trial of round 4 (benchmarks/learner_trial/TRIAL.md): shortcuts that still passed ----------------
 
 _OWN: dict = {}
 

@@ -668,7 +668,9 @@ def test_the_instructors_answers_and_an_honest_learners_get_full_marks(gradebook
 
 def test_honest_answers_in_other_styles_get_full_marks(gradebook):
     """Methods instead of operators, the allowed helpers of tfmlib (the three-line target_mask
-    of issue 31, which was failed as a copy of the reference), the learner's own answers."""
+    of issue 31, which was failed as a copy of the reference), the learner's own answers, and
+    unusual ones (a class with __call__ bound to the answer's name below the stub's def, which was
+    graded "not attempted"; loops; @ and einsum)."""
     assert gradebook[GRADED]["hal"] == FULL[GRADED]
     assert gradebook[GRADED]["olga"] == FULL[GRADED]
     assert gradebook[GRADED]["ian"] == FULL[GRADED]

@@ -24,6 +24,8 @@
 #   make hub        install JupyterHub, its proxy, culler and nbgitpuller into .venv-hub (hub/requirements.txt)
 #   make hub-test   a class of 10 on a real JupyterHub on 127.0.0.1, nbgrader round trip included (hub/tests/)
 #   make hub-load   the load test: 5, 10 and 20 students at once; writes hub/LOAD.md
+#   make hub-values-check CHART=jupyterhub-4.3.3.tgz  check hub/values.yaml against that Zero to
+#                   JupyterHub chart's own values.schema.yaml (from `helm pull`; hub/check_values.py)
 #   make clean      remove caches and build artefacts (keeps .venv)
 #   make distclean  clean, and remove .venv, .venv-teacher, .venv-hub and .venv-site too
 #
@@ -119,7 +121,7 @@ TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 CHROMIUM := /usr/bin/chromium
 BWRAP := /usr/bin/bwrap
 
-.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants execute i18n chromium bubblewrap teacher nbgrader-course hub hub-test hub-load site site-install site-preview clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants execute i18n chromium bubblewrap teacher nbgrader-course hub hub-test hub-load hub-values-check site site-install site-preview clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -253,6 +255,13 @@ hub-test: hub teacher
 
 hub-load: hub
 	$(HUB_TEST_ENV) $(HUB_BIN)/python hub/tests/load.py 5 10 20
+
+# hub/values.yaml against the chart a teacher installs: CHART is its .tgz or folder, as
+# `helm pull jupyterhub/jupyterhub --version 4.3.3` saves it (not fetched here: no network).
+# Without CHART the command says so. jsonschema and PyYAML are pinned in requirements-teacher.txt.
+CHART ?=
+hub-values-check: teacher
+	$(TEACHER_BIN)/python hub/check_values.py "$(CHART)" hub/values.yaml
 
 # The course as a website: nothing is executed, nothing is fetched, and a warning is an error.
 # The stored notebooks, README.md and docs/ are copied to their repository paths in $(SITE_SRC)

@@ -74,13 +74,30 @@ ESCAPE_BUILTINS = {
 }
 ESCAPE_ATTRIBUTES = {
     "threads": ("setprofile", "settrace", "setswitchinterval", "Thread", "start_new_thread", "fork",
-                "threading", "multiprocessing", "concurrent", "asyncio"),
+                "threading", "multiprocessing", "concurrent", "asyncio", "sched"),
     "introspection": ("f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame",
-                      "cr_frame", "tb_frame", "modules", "run_cell", "run_line_magic", "run_cell_magic"),
+                      "cr_frame", "tb_frame", "modules", "run_cell", "run_line_magic", "run_cell_magic",
+                      # what turns a string into code or into the object it names: typing evaluates a
+                      # string annotation, operator's getters and string.Formatter read any attribute,
+                      # TorchScript compiles a string, torch.fx calls a method by name, benchmark
+                      # timers and numpy.testing.measure run a statement, torch.overrides lists
+                      # every function of torch to pick one by its printed name
+                      "get_type_hints", "ForwardRef", "attrgetter", "methodcaller", "get_field",
+                      "CompilationUnit", "fx", "benchmark", "timeit", "measure", "overrides",
+                      "make_dataclass",  # a class whose methods are named by strings
+                      # modules re-exported as attributes (typing.operator, typing.types, re.copyreg)
+                      "types", "operator", "copyreg", "gc", "weakref", "traceback", "linecache", "dis",
+                      "ast", "code", "codeop"),
     "processes": ("system", "popen", "spawn", "getoutput", "environ", "tofile",
                   "load", "save", "hub",  # torch.load and NumPy's unpickle: code from a file
+                  # files read without open(): the instructor's notebook, the reference's source
+                  "fromfile", "from_file", "loadtxt", "genfromtxt", "fromregex", "memmap", "open_memmap",
+                  "read_array", "DataSource", "ctypeslib",
+                  "package", "distributed", "f2py",  # torch.package imports pickles; RPC; a compiler
                   "os", "sys", "subprocess", "ctypes", "importlib", "builtins", "inspect", "pickle",
-                  "marshal", "posix", "shutil", "socket", "pty", "runpy"),  # modules re-exported (torch.os)
+                  "marshal", "posix", "shutil", "socket", "pty", "runpy", "pkgutil", "zipimport",
+                  "pathlib", "io", "tempfile", "glob", "mmap", "fcntl", "resource", "site", "sysconfig",
+                  "urllib", "http"),  # modules re-exported (torch.os)
     "internals": ("ops", "library", "cpp_extension"),
     "hand-in": ("handin", "graded"),
 }
@@ -272,6 +289,9 @@ def _escape(node, bound: set[str], aliases: set[str], others: set[str]) -> Findi
     elif isinstance(node, (ast.Global, ast.Nonlocal)):
         return Finding(f"`{'global' if isinstance(node, ast.Global) else 'nonlocal'} "
                        f"{', '.join(node.names)}`", "changes")
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" \
+            and len(node.args) + len(node.keywords) > 1 and "type" not in bound:
+        return Finding("`type(name, bases, namespace)`", "introspection")  # methods named by strings
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
             node.func.id in ("getattr", "hasattr") and len(node.args) >= 2:
         name = node.args[1]
@@ -362,8 +382,21 @@ def _globals_read(tree: ast.AST) -> list[str]:
 
     def walk(node, local):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            # decorators, default values and annotations are read where the def stands, not in
+            # its body (`def f(t, padding_mask=padding_mask)` reads the notebook's padding_mask)
+            arguments = node.args
+            outside = [*getattr(node, "decorator_list", []), *arguments.defaults,
+                       *(d for d in arguments.kw_defaults if d is not None),
+                       *(a.annotation for a in ast.walk(arguments) if isinstance(a, ast.arg) and a.annotation),
+                       *([node.returns] if getattr(node, "returns", None) else [])]
+            for expression in outside:
+                walk(expression, local)
             local = local | {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} | {
                 n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+            body = node.body if isinstance(node.body, list) else [node.body]
+            for statement in body:
+                walk(statement, local)
+            return
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local:
             found.append(node.id)
         for child in ast.iter_child_nodes(node):

@@ -230,10 +230,19 @@ def graded_call(source: str) -> tuple[str, list[str]] | None:
 
 
 def is_stub(tree: ast.Module | None, functions: list[str]) -> bool:
-    """True when every answer function is defined in the cell with only the stub's body."""
+    """True when every answer function is defined in the cell with only the stub's body, and
+    bound nowhere else in it (`my_f = MyAnswer()` below the stub's def is an answer)."""
     defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)} if tree else {}
-    return all(name in defs for name in functions) and all(
+    return all(name in defs and _bindings(tree, name) == 1 for name in functions) and all(
         all(core._is_placeholder(s) for s in _without_docstring(defs[name].body)) for name in functions)
+
+
+def _bindings(tree: ast.Module, name: str) -> int:
+    """How many times the cell binds `name`: defs and classes, assignments, imports."""
+    return sum(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
+               or isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load)
+               or isinstance(node, ast.alias) and (node.asname or node.name).split(".")[0] == name
+               for node in ast.walk(tree))
 
 
 def _without_docstring(body):

@@ -33,25 +33,12 @@ import pytest
 from benchmarks.autograde import TEACHER_BIN, grader_env
 from test_nbgrader import RIGHT, WRONG, answer_cells, learners_copy, make_course
 from test_warm_kernels import test_outputs
+from unix_accounts import as_student
 
-REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "04_masks"
 COURSE_ID = "transformer-shape-first"
 STUDENTS = ("nobody", "daemon")
 MARKER = "86399.271828"  # the lingering process's `sleep` argument, to find it by
-
-# The interpreter may live where other accounts cannot read it (pyenv under /root): a student's
-# process starts as root, imports nbgrader, and only then becomes the student.
-BECOME = """
-import os, pwd, sys
-import nbgrader.apps, nbgrader.exchange.default
-account = pwd.getpwnam(sys.argv[1])
-os.setgroups([]); os.setgid(account.pw_gid); os.setuid(account.pw_uid)
-if sys.argv[2] == "-c":
-    exec(sys.argv[3])
-else:
-    sys.exit(nbgrader.apps.NbGraderApp.launch_instance(argv=sys.argv[2:]))
-"""
 
 # Top-level code after the honest padding mask of the daemon's own notebook. It prints what it
 # reached, and its grandchild (double fork, new session) tries again once the cell is over.
@@ -80,18 +67,6 @@ if os.fork() == 0:
         os.execv("/bin/sleep", ["sleep", "{marker}"])
     os._exit(0)
 """
-
-
-def student_env(home: Path, exchange: Path) -> dict:
-    return {"PATH": f"{TEACHER_BIN}:/usr/bin:/bin", "HOME": str(home), "COURSE_EXCHANGE": str(exchange),
-            "JUPYTER_CONFIG_PATH": str(REPO / "hub" / "student-config"), "TFMLIB_PROGRESS": "",
-            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-
-
-def as_student(name: str, home: Path, exchange: Path, *args: str) -> subprocess.CompletedProcess:
-    """`nbgrader ARGS` (or `-c CODE`) as Unix user `name`, in their home."""
-    return subprocess.run([str(TEACHER_BIN / "python"), "-c", BECOME, name, *args], cwd=home,
-                          env=student_env(home, exchange), capture_output=True, text=True, timeout=300)
 
 
 def teacher(course: Path, exchange: Path, *args: str) -> str:
@@ -137,14 +112,14 @@ def term():
             homes[name].mkdir(mode=0o700)
             account = pwd.getpwnam(name)
             os.chown(homes[name], account.pw_uid, account.pw_gid)
-            done = as_student(name, homes[name], exchange, "fetch_assignment", ASSIGNMENT)
+            done = as_student(name, homes[name], exchange, TEACHER_BIN, "fetch_assignment", ASSIGNMENT)
             assert done.returncode == 0, f"{name}: fetch:\n{done.stdout}\n{done.stderr}"
 
         def submit(name: str, answers: dict[str, str], *options: str) -> None:
             account = pwd.getpwnam(name)
             answered(homes[name], answers)
             os.chown(homes[name] / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", account.pw_uid, account.pw_gid)
-            done = as_student(name, homes[name], exchange, "submit", ASSIGNMENT, *options)
+            done = as_student(name, homes[name], exchange, TEACHER_BIN, "submit", ASSIGNMENT, *options)
             assert done.returncode == 0, f"{name}: submit:\n{done.stdout}\n{done.stderr}"
             time.sleep(1.1)  # nbgrader's submission names carry the time to the second
 
@@ -154,7 +129,7 @@ def term():
         submit("daemon", {"padding_mask": RIGHT["padding_mask"] + "\n" + attack})
         # daemon fetches a fresh copy and hands in a wrong one as nobody's, after nobody's own
         shutil.rmtree(homes["daemon"] / ASSIGNMENT)
-        done = as_student("daemon", homes["daemon"], exchange, "fetch_assignment", ASSIGNMENT)
+        done = as_student("daemon", homes["daemon"], exchange, TEACHER_BIN, "fetch_assignment", ASSIGNMENT)
         assert done.returncode == 0, done.stderr
         submit("daemon", WRONG, "--student=nobody")
         collected = teacher(course, exchange, "collect", ASSIGNMENT)
@@ -232,5 +207,5 @@ def test_a_student_reaches_neither_the_course_the_gradebook_another_home_nor_the
                  other_home=str(term["homes"][other]), course_exchange=str(exchange / COURSE_ID))
     for path in paths.values():  # the probe is not vacuous: each is there, for its owner
         assert os.path.exists(path), path
-    done = as_student(name, term["homes"][name], exchange, "-c", PROBE.format(**paths))
+    done = as_student(name, term["homes"][name], exchange, TEACHER_BIN, "-c", PROBE.format(**paths))
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr

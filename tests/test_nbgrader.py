@@ -17,6 +17,11 @@ fetch_assignment, submit and collect, as learner "hana"), `nbgrader autograde`, 
         solution()'s text run with exec                                   -> 0, and why
   pam   the reference handed in as the answer, PyTorch's built-in causal
         mask, and the teacher's forbidden torch.tril                      -> 0, and why
+  ian   honest answers written unusually (a class with __call__, loops, @ and einsum)
+                                                                          -> 4 of 4
+  c1_...c17_  the cheats of issue 31 by class (TRIED), and those of its attack trial: names and
+        code in strings a library reads, the reference as a default argument, edited nbgrader
+        metadata, wrong dtype or device, a second definition    -> 0 for each cheat, and which rule
 Every nbgrader command costs a few seconds of start-up, so the round trip grades one notebook.
 nbgrader runs in the teachers' environment (.venv-teacher, `make teacher`), as a teacher's
 commands would; this file runs in the course's .venv and only needs the nbgrader command.
@@ -75,6 +80,30 @@ STYLES = {
     pad = padding_mask(token_ids, pad_id)
     causal = causal_mask(token_ids.shape[1])
     return pad & causal""",
+}
+# Honest answers written unusually: a class with __call__ bound to the answer's name (the stub's
+# def left above it), loops over every entry, a matrix product and einsum.
+UNUSUAL = {
+    "padding_mask": """\
+    pass
+
+class PaddingMask:
+    def __call__(self, ids, pad):
+        return (ids != pad).unsqueeze(1).unsqueeze(1)
+
+my_padding_mask = PaddingMask()""",
+    "causal_mask": """\
+    allowed = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+    for query in range(seq_len):
+        for key in range(query + 1):
+            allowed[query, key] = True
+    return allowed[None, None]""",
+    "target_mask": """\
+    n = token_ids.shape[1]
+    key_index = torch.ones(n, 1) @ torch.arange(n, dtype=torch.float32)[None, :]   # (n, n): j in row i
+    seen = key_index <= torch.einsum("i,j->ij", torch.arange(n, dtype=torch.float32), torch.ones(n))
+    real = token_ids != pad_id
+    return real[:, None, None, :] & seen""",
 }
 OWN_HELPERS = {**RIGHT, "target_mask": """\
     pad = my_padding_mask(token_ids, pad_id)
@@ -200,6 +229,98 @@ TRIED = {
         "causal_mask": (RIGHT["causal_mask"], "(changes)"),
         "target_mask": ("    return None", "(changes)"),
     },
+    "c11_computed_names": {  # more: a name computed from strings, by other routes than getattr
+        "padding_mask": ("""\
+    import typing
+    def probe(x: "__imp" + "ort__('tfmlib').padding_" + "mask"):  # a string annotation is eval'd
+        pass
+    return typing.get_type_hints(probe)["x"](token_ids, pad_id)""", "(introspection)"),
+        "causal_mask": ("""\
+    import typing  # typing.operator is the operator module, whose attrgetter reads any name
+    build = typing.operator.attrgetter("generate_square_" + "subsequent_mask")(torch.nn.Transformer)
+    return (build(seq_len) == 0)[None, None]""", "(introspection)"),
+        "target_mask": ("""\
+    import string
+    L = token_ids.shape[1]
+    ones = torch.ones(L, L, dtype=torch.bool)
+    lower = string.Formatter().get_field("0.tr" + "il", (ones,), {})[0]()
+    return (token_ids != pad_id)[:, None, None, :] & lower""", "(introspection)"),
+    },
+    "c12_code_in_strings": {  # more: code in a string that a library runs
+        "padding_mask": ("""\
+    import torch.utils.benchmark
+    out = []
+    torch.utils.benchmark.Timer("out.append(__import__('tfmlib').padding_mask(t, p))",
+                                globals={"out": out, "t": token_ids, "p": pad_id}).timeit(1)
+    return out[0]""", "(introspection)"),
+        "causal_mask": ("""\
+    import numpy as np
+    out = []
+    np.testing.measure("out.append(__import__('tfmlib').causal_mask(seq_len))", 1)
+    return out[0]""", "(introspection)"),
+        "target_mask": ("""\
+    unit = torch.jit.CompilationUnit("def lower(x):\\n    return torch.tr" + "il(x)\\n")
+    L = token_ids.shape[1]
+    return (token_ids != pad_id)[:, None, None, :] & unit.lower(torch.ones(L, L, dtype=torch.bool))""",
+                        "(introspection)"),
+    },
+    "c13_defaults_and_tables": {  # more: the reference as a default argument, PyTorch's function tables
+        "padding_mask": ("""\
+    return mine(token_ids, pad_id)
+def mine(t, p, padding_mask=padding_mask):  # a default is read where the def stands
+    return padding_mask(t, p)""", "(reference)"),
+        "causal_mask": ("""\
+    return made(seq_len)
+@lambda f, causal_mask=causal_mask: causal_mask
+def made(n):
+    pass""", "(reference)"),
+        "target_mask": ("""\
+    lower = next(f for f in torch.overrides.get_testing_overrides() if repr(f).startswith("<built-in method tri" + "l "))
+    L = token_ids.shape[1]
+    return (token_ids != pad_id)[:, None, None, :] & lower(torch.ones(L, L, dtype=torch.bool))""",
+                        "(introspection)"),
+    },
+    "c14_types_files_graphs": {  # more: a lying subclass made by type(), the source read from disk, torch.fx
+        "padding_mask": ("""\
+    agreeable = type("Agreeable", (torch.Tensor,), {"__torch_" + "function__": classmethod(
+        lambda cls, func, types, args=(), kwargs=None: True)})
+    return torch.zeros(token_ids.shape[0], 1, 1, token_ids.shape[1], dtype=torch.bool).as_subclass(agreeable)""",
+                         "(introspection)"),
+        "causal_mask": ("""\
+    import numpy as np
+    try:  # the instructor's notebook, where the course keeps it
+        print(np.fromfile("../../../source/04_masks/04_masks.ipynb", dtype=np.uint8).tobytes()[:80])
+    except OSError as error:
+        print(type(error).__name__)
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()[None, None]""", "(processes)"),
+        "target_mask": ("""\
+    graph = torch.fx.Graph()
+    graph.output(graph.call_method("tr" + "il", (graph.placeholder("x"),)))
+    lower = torch.fx.GraphModule(torch.nn.Module(), graph)
+    L = token_ids.shape[1]
+    return (token_ids != pad_id)[:, None, None, :] & lower(torch.ones(L, L, dtype=torch.bool))""",
+                        "(introspection)"),
+    },
+    "c15_odd_values": {  # more: the right values in the wrong dtype, on another device, NaN
+        "padding_mask": ("    return (token_ids != pad_id)[:, None, None, :].float()", "mask not bool"),
+        "causal_mask": ("    return torch.ones(seq_len, seq_len, dtype=torch.bool, device='meta').tril()[None, None]",
+                        "expected a tensor"),
+        "target_mask": ("""\
+    L = token_ids.shape[1]
+    return torch.full((token_ids.shape[0], 1, L, L), float("nan"))""", "expected torch.bool"),
+    },
+    "c16_metadata": {  # more: the submission's nbgrader metadata edited (EDITED_METADATA)
+        "padding_mask": (RIGHT["padding_mask"], None),
+        "causal_mask": (RIGHT["causal_mask"], "(changes)"),
+        "target_mask": ("""\
+    L = token_ids.shape[1]
+    return (token_ids != pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()""", "(changes)"),
+    },
+    "c17_second_def": {  # more: the answer defined again after its test, and points printed
+        "padding_mask": (RIGHT["padding_mask"], "(changes)"),
+        "causal_mask": (RIGHT["causal_mask"], "(changes)"),
+        "target_mask": (RIGHT["target_mask"], "(changes)"),
+    },
 }
 # Cells a learner adds: (the grade_id of the cell it goes before, or None for the end, its source).
 EXTRA_CELLS = {
@@ -228,6 +349,18 @@ import json, os
 folder = os.environ.get("TFMLIB_GRADE_OUT", ".")
 open(os.path.join(folder, "causal_mask.json"), "w").write(json.dumps({"exercise": "causal_mask", "outcomes": []}))""")],
     "c10_rebound": [("target_mask-test", "my_target_mask = lambda token_ids, pad_id: target_mask(token_ids, pad_id)")],
+    "c17_second_def": [("padding_mask-answer", 'print("[PASS] padding_mask: all cases match the reference\\n4 / 4 points")'),
+                       (None, "def my_padding_mask(token_ids, pad_id):\n    return padding_mask(token_ids, pad_id)")],
+}
+# Edits of a submission's nbgrader metadata: {grade_id: what is merged into its cell's nbgrader
+# metadata}; None: the notebook's own metadata.
+EDITED_METADATA = {
+    "c16_metadata": {
+        "padding_mask-test": {"points": 100, "locked": False, "checksum": "0"},  # more points for a test
+        "causal_mask-answer": {"grade_id": "target_mask-answer"},  # the answers' ids swapped: the .tril()
+        "target_mask-answer": {"grade_id": "causal_mask-answer"},  # judged by causal_mask's rules
+        None: {"kernelspec": {"name": "bash", "display_name": "Bash", "language": "bash"}},
+    },
 }
 # Class 4 on notebook 01, whose broadcast_shape is long enough to tell a copy from an answer: the
 # reference pasted with its variables renamed and its input check left out.
@@ -413,10 +546,11 @@ def test_a_teachers_slip_in_the_settings_is_told_not_ignored(tmp_path, setting, 
 
 def learners_copy(notebook: nbformat.NotebookNode, answers: dict[str, str],
                   delete_tests: tuple[str, ...] = (), edit_tests: dict[str, str] | None = None,
-                  extra: list[tuple[str | None, str]] = ()):
+                  extra: list[tuple[str | None, str]] = (), metadata: dict | None = None):
     """A learner's copy: `answers` replace stub lines (an answer of "" leaves the stub), the test
-    cells of `delete_tests` are deleted, those of `edit_tests` edited, and the code cells of
-    `extra` added, each before the cell of its grade_id (None: at the end)."""
+    cells of `delete_tests` are deleted, those of `edit_tests` edited, the code cells of `extra`
+    added, each before the cell of its grade_id (None: at the end), and `metadata` merged into the
+    nbgrader metadata of the cell of each grade_id (None: into the notebook's)."""
     for name, cell in answer_cells(notebook).items():
         if answers.get(name):
             cell.source = cell.source.replace("    " + STUB, answers[name])
@@ -431,6 +565,10 @@ def learners_copy(notebook: nbformat.NotebookNode, answers: dict[str, str],
     for anchor, source in extra:
         ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in cells]
         cells.insert(ids.index(anchor) if anchor else len(cells), nbformat.v4.new_code_cell(source))
+    edits = dict(metadata or {})
+    notebook.metadata.update(edits.pop(None, {}))
+    for cell in [c for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") in edits]:
+        cell.metadata.nbgrader.update(edits[cell.metadata.nbgrader.grade_id])
     notebook.cells = cells
     return notebook
 
@@ -484,9 +622,10 @@ def gradebook(course) -> dict:
                                    "target_mask": RIGHT["target_mask"]}, delete_tests=("target_mask",))
     submit(course, "hal", GRADED, STYLES)
     submit(course, "olga", GRADED, OWN_HELPERS)
+    submit(course, "ian", GRADED, UNUSUAL)
     for student, answers in TRIED.items():
         submit(course, student, GRADED, {name: body for name, (body, _) in answers.items()},
-               extra=EXTRA_CELLS.get(student, []))
+               extra=EXTRA_CELLS.get(student, []), metadata=EDITED_METADATA.get(student))
     nbgrader(course, "autograde", GRADED, f"--Execute.timeout={CELL_TIMEOUT}", checksum_warnings=1)  # bob's
     submit(course, "ada", "01_shapes", reference_answers(course, "01_shapes"))
     submit(course, "hana", "01_shapes", RIGHT)
@@ -529,9 +668,12 @@ def test_the_instructors_answers_and_an_honest_learners_get_full_marks(gradebook
 
 def test_honest_answers_in_other_styles_get_full_marks(gradebook):
     """Methods instead of operators, the allowed helpers of tfmlib (the three-line target_mask
-    of issue 31, which was failed as a copy of the reference), the learner's own answers."""
+    of issue 31, which was failed as a copy of the reference), the learner's own answers, and
+    unusual ones (a class with __call__ bound to the answer's name below the stub's def, which was
+    graded "not attempted"; loops; @ and einsum)."""
     assert gradebook[GRADED]["hal"] == FULL[GRADED]
     assert gradebook[GRADED]["olga"] == FULL[GRADED]
+    assert gradebook[GRADED]["ian"] == FULL[GRADED]
     assert gradebook["01_shapes"]["hana"] == FULL["01_shapes"]
 
 

@@ -157,6 +157,21 @@ def test_nothing_handed_in_and_a_stub_earn_nothing(tmp_path):
     assert trusted_grading.verdict("padding_mask", tmp_path / "none.json", stub=True).status == "not attempted"
 
 
+STUB = 'def my_padding_mask(token_ids, pad_id):\n    """(B, L) ids -> (B, 1, 1, L) bool."""\n    ...  # your code here\n'
+
+
+@pytest.mark.parametrize("cell, stub", [
+    (STUB, True),
+    (STUB + "\ncheck('padding_mask', my_padding_mask)", True),
+    (STUB.replace("...", "return (token_ids != pad_id)[:, None, None, :]  #"), False),
+    # the stub's def left in place, the answer bound to its name below it (a class with __call__)
+    (STUB + "\nclass Mask:\n    def __call__(self, t, p):\n        return t != p\nmy_padding_mask = Mask()", False),
+    (STUB + "\nfrom mine import padding as my_padding_mask", False),
+])
+def test_a_stub_is_the_stubs_def_alone(cell, stub):
+    assert trusted_grading.is_stub(own_work.parse(cell), ["my_padding_mask"]) is stub
+
+
 def test_a_pass_that_is_not_own_work_fails_and_a_fail_says_both(tmp_path):
     found = "your answer to padding_mask uses `import os` (processes): why"
     passed = trusted_grading.verdict("padding_mask", hand_in(tmp_path, "padding_mask", my_padding_mask), found)
@@ -281,6 +296,33 @@ CHEATS = {  # issue 31's classes and more, each with the rule that must catch it
     "torch.load": ("def my_target_mask(t, p):\n    return torch.load('answer.pt', weights_only=False)", "(processes)"),
     "fullwidth exec": ("\uff45\uff58\uff45\uff43('x = 1')\n" + HONEST, "(introspection)"),
     "vars": ("def my_target_mask(t, p):\n    return vars(tfmlib)['target_mask'](t, p)", "(introspection)"),
+    # the attack trial of the trusted grading: names and code in strings that a library reads
+    "typing eval": ("import typing\ndef my_target_mask(t, p):\n    def probe(x: 'target_' + 'mask'): pass\n"
+                    "    return typing.get_type_hints(probe)['x'](t, p)", "(introspection)"),
+    "operator through typing": ("import typing\ndef my_target_mask(t, p):\n"
+                                "    return typing.operator.attrgetter('tr' + 'il')(t)()", "(introspection)"),
+    "Formatter.get_field": ("import string\ndef my_target_mask(t, p):\n"
+                            "    return string.Formatter().get_field('0.tr' + 'il', (t,), {})[0]()", "(introspection)"),
+    "benchmark timer": ("def my_target_mask(t, p):\n    out = []\n"
+                        "    torch.utils.benchmark.Timer('out.append(1)', globals={'out': out}).timeit(1)\n"
+                        "    return out", "(introspection)"),
+    "numpy measure": ("import numpy as np\ndef my_target_mask(t, p):\n    np.testing.measure('x = 1')\n    return t",
+                      "(introspection)"),
+    "TorchScript source": ("def my_target_mask(t, p):\n"
+                           "    return torch.jit.CompilationUnit('def f(x):\\n    return x\\n').f(t)", "(introspection)"),
+    "fx by name": ("def my_target_mask(t, p):\n    g = torch.fx.Graph()\n"
+                   "    g.output(g.call_method('tr' + 'il', (g.placeholder('x'),)))\n    return g", "(introspection)"),
+    "overrides table": ("def my_target_mask(t, p):\n"
+                        "    return [f for f in torch.overrides.get_testing_overrides() if 'tri' + 'l ' in repr(f)]",
+                        "(introspection)"),
+    "default argument": ("def my_target_mask(t, p, target_mask=target_mask):\n    return target_mask(t, p)",
+                         "(reference)"),
+    "decorator": ("@lambda f, target_mask=target_mask: target_mask\ndef my_target_mask(t, p):\n    pass",
+                  "(reference)"),
+    "type() namespace": ("T = type('T', (torch.Tensor,), {'__torch_' + 'function__': print})\n" + HONEST,
+                         "(introspection)"),
+    "file read by numpy": ("import numpy as np\ndef my_target_mask(t, p):\n    return np.fromfile('masks.py')",
+                           "(processes)"),
 }
 
 

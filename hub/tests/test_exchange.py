@@ -24,6 +24,7 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from classroom import HUB_VENV, REPO
+from tests.unix_accounts import as_student, shipped_env
 
 TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
 ASSIGNMENT = "04_masks"
@@ -83,37 +84,10 @@ def test_idle_servers_are_culled_and_no_role_opens_another_users_server(shipped)
 
 # ---- the exchange, as real Unix accounts --------------------------------------------------------
 
-# The interpreter lives under /root here (pyenv), which other accounts cannot read: a student's
-# process therefore starts as root, imports what it needs, and only then becomes the student.
-BECOME = """
-import glob, os, pwd, sys
-import nbgrader.apps, nbgrader.exchange.default  # before the switch: the interpreter lives under /root
-account = pwd.getpwnam(sys.argv[1])
-os.setgroups([]); os.setgid(account.pw_gid); os.setuid(account.pw_uid)
-if sys.argv[2] == "-c":
-    exec(sys.argv[3])
-else:
-    sys.exit(nbgrader.apps.NbGraderApp.launch_instance(argv=sys.argv[2:]))
-"""
-
-
-def env(home: Path, exchange: Path, bin_dir: Path) -> dict:
-    """The shipped nbgrader configuration, and nothing of this process's own environment."""
-    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "COURSE_EXCHANGE": str(exchange),
-            "JUPYTER_CONFIG_PATH": str(REPO / "hub" / "student-config"), "TFMLIB_PROGRESS": "",
-            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-
-
 def teacher(course: Path, exchange: Path, *args: str) -> subprocess.CompletedProcess:
     """A teacher's command, as this process's user, in the teachers' environment."""
-    return subprocess.run(args, cwd=course, env=env(course.parent, exchange, TEACHER_BIN),
+    return subprocess.run(args, cwd=course, env=shipped_env(course.parent, exchange, TEACHER_BIN),
                           capture_output=True, text=True, timeout=300)
-
-
-def as_student(name: str, home: Path, exchange: Path, *args: str) -> subprocess.CompletedProcess:
-    """`nbgrader ARGS` (or `-c CODE`) as Unix user `name`, in their home."""
-    return subprocess.run([str(HUB_VENV / "bin" / "python"), "-c", BECOME, name, *args], cwd=home,
-                          env=env(home, exchange, HUB_VENV / "bin"), capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +112,7 @@ def exchange_run():
             account = pwd.getpwnam(name)
             os.chown(homes[name], account.pw_uid, account.pw_gid)
             for command in ("fetch_assignment", "submit"):
-                done = as_student(name, homes[name], exchange, command, ASSIGNMENT)
+                done = as_student(name, homes[name], exchange, HUB_VENV / "bin", command, ASSIGNMENT)
                 assert done.returncode == 0, f"{name}: nbgrader {command}:\n{done.stdout}\n{done.stderr}"
         yield root, exchange, course, homes
     finally:  # also when a step above failed
@@ -157,6 +131,7 @@ def test_a_student_cannot_list_the_submissions_nor_change_the_release(exchange_r
     inbound = exchange / "transformer-shape-first" / "inbound"
     outbound = exchange / "transformer-shape-first" / "outbound" / ASSIGNMENT
     probe = f"""
+import glob
 try:
     os.listdir({str(inbound)!r}); sys.exit("listed the inbound folder")
 except PermissionError:
@@ -173,7 +148,7 @@ except PermissionError:
     pass
 print("kept out")
 """
-    done = as_student("daemon", homes["daemon"], exchange, "-c", probe)
+    done = as_student("daemon", homes["daemon"], exchange, HUB_VENV / "bin", "-c", probe)
     assert done.returncode == 0 and done.stdout.strip() == "kept out", done.stdout + done.stderr
     # The probe is not vacuous: the submission it looked for is there, for the teacher.
     assert any(p.name.startswith(f"nobody+{ASSIGNMENT}+") for p in inbound.iterdir())

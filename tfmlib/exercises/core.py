@@ -526,7 +526,10 @@ def _in_place_between_calls(output, working: Case, new: Case) -> list:
     """What a caller does between two calls (Case.first): reuse the first output's memory, and
     write the next values into the same argument tensors. Returns (tensor, copy) for each tensor
     of the first output that is no view of an argument: the second call must leave it alone."""
-    for t in _tensors_in(output):
+    # a tensor without data (device "meta") has no memory to reuse: the comparison with the
+    # reference says what is wrong with it
+    stored = [t for t in _tensors_in(output) if not t.is_meta]
+    for t in stored:
         with contextlib.suppress(RuntimeError):  # an expanded view cannot be written
             t.detach().fill_(float("nan") if t.is_floating_point() else 1)
     arguments = list(_tensors_in((working.args, working.kwargs)))
@@ -534,8 +537,7 @@ def _in_place_between_calls(output, working: Case, new: Case) -> list:
         for old, value in zip(arguments, _tensors_in((new.args, new.kwargs))):
             old.copy_(value)
     storages = {a.untyped_storage().data_ptr() for a in arguments}
-    return [(t, t.detach().clone()) for t in _tensors_in(output)
-            if t.untyped_storage().data_ptr() not in storages]
+    return [(t, t.detach().clone()) for t in stored if t.untyped_storage().data_ptr() not in storages]
 
 
 class OutputOverwrittenError(Exception):

@@ -593,3 +593,13 @@ def test_attention_layers_go_past_512_where_past_1024_is_too_dear():
     for name in ("multi_head_attention", "cached_self_attention", "decoder_layer"):
         sizes = [int(m) for c in REGISTRY[name].cases() for m in re.findall(r"= (\d+), past", c.label)]
         assert any(512 < s <= 1024 for s in sizes), name
+
+
+def causal_mask_on_the_meta_device(seq_len):
+    """Right shape and dtype, no data: the second-call case must not take it for 'not attempted'."""
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device="meta").tril()[None, None]
+
+
+def test_an_answer_without_data_is_named_by_its_device_not_called_not_attempted():
+    result = check("causal_mask", causal_mask_on_the_meta_device)
+    assert not result and "on device meta, expected cpu" in str(result), str(result)

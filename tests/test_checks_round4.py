@@ -22,7 +22,8 @@ from tfmlib.exercises.core import FAR
 from tfmlib.exercises.provenance import FORBIDDEN
 from tfmlib.exercises.sublayers import _CALLS, _TAIL, _binomial_range
 from tfmlib.exercises.tracker import notebook_of
-from tfmlib.sublayers import layer_norm
+from tfmlib.multihead import multi_head_attention
+from tfmlib.sublayers import feed_forward, layer_norm
 from tfmlib.tokenization import BOS, EOS, SPECIALS, UNK
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -415,8 +416,26 @@ def residual_whole_batch(x, sublayer, norm, norm_first=False):
 
 def test_a_residual_one_sentence_at_a_time_fails_on_the_notebooks_attention_sublayer():
     result = check("residual_sublayer", residual_one_sentence_at_a_time)
+    assert not result and "takes the whole batch" in result.details, str(result)  # the dropout sublayer's
+    without_dropout = [c for c in REGISTRY["residual_sublayer"].cases() if "dropout inside" not in c.label]
+    result = check("residual_sublayer", residual_one_sentence_at_a_time, without_dropout)
     assert not result and "self-attention sublayer" in result.details, str(result)
     assert check("residual_sublayer", residual_whole_batch)
+
+
+def residual_calling_its_sublayer_twice(x, sublayer, norm, norm_first=False):
+    """The second learner trial's answer: a first call for nothing, Post-LN only."""
+    def ln(t):
+        return layer_norm(t, norm["gamma"], norm["beta"])
+    if norm_first:
+        return x + sublayer(ln(x))
+    sublayer(x)
+    return ln(x + sublayer(x))
+
+
+def test_a_residual_calling_its_sublayer_twice_is_named_on_the_sublayer_with_dropout():
+    result = check("residual_sublayer", residual_calling_its_sublayer_twice)
+    assert result.mistake == "the sublayer called twice" and "dropout inside" in result.details, str(result)
 
 
 # ---- 8. corner values, and messages that name the mistake ---------------------------------------
@@ -593,6 +612,24 @@ def test_attention_layers_go_past_512_where_past_1024_is_too_dear():
     for name in ("multi_head_attention", "cached_self_attention", "decoder_layer"):
         sizes = [int(m) for c in REGISTRY[name].cases() for m in re.findall(r"= (\d+), past", c.label)]
         assert any(512 < s <= 1024 for s in sizes), name
+
+
+_CAUSAL_512 = torch.ones(512, 512, dtype=torch.bool).tril()
+
+
+def decoder_block_with_a_512_causal_buffer(x, block, num_heads, mask=None):
+    """The second learner trial's answer: a causal mask made once for 512 tokens, sliced."""
+    length = x.size(1)
+    mask = _CAUSAL_512[:length, :length] if mask is None else mask
+    h = layer_norm(x, block["norm1"]["gamma"], block["norm1"]["beta"])
+    x = x + multi_head_attention(h, h, h, block["attention"], num_heads, mask)[0]
+    h = layer_norm(x, block["norm2"]["gamma"], block["norm2"]["beta"])
+    return x + feed_forward(h, block["ffn"])
+
+
+def test_a_decoder_block_with_a_512_causal_buffer_fails_past_512_with_the_default_mask():
+    result = check("decoder_block", decoder_block_with_a_512_causal_buffer)
+    assert not result and "past 512 tokens" in result.details and "(512, 512)" in result.details, str(result)
 
 
 def causal_mask_on_the_meta_device(seq_len):

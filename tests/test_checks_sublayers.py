@@ -387,9 +387,10 @@ def residual_float64_inside(x, sublayer, norm, norm_first=False):
 
 
 def residual_torch_where(x, sublayer, norm, norm_first=False):
-    pre = x + sublayer(F.layer_norm(x, x.shape[-1:], norm["gamma"], norm["beta"]))
-    post = F.layer_norm(x + sublayer(x), x.shape[-1:], norm["gamma"], norm["beta"])
-    return torch.where(torch.tensor(bool(norm_first)), pre, post)
+    first = torch.tensor(bool(norm_first))
+    update = sublayer(torch.where(first, F.layer_norm(x, x.shape[-1:], norm["gamma"], norm["beta"]), x))
+    post = F.layer_norm(x + update, x.shape[-1:], norm["gamma"], norm["beta"])
+    return torch.where(first, x + update, post)
 
 
 @pytest.mark.parametrize("name, fn", [

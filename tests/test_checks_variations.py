@@ -330,8 +330,8 @@ WRONG = [
     ("causal_mask", causal_mask_from_a_buffer, "the first output overwritten"),  # a view of the buffer
     ("broadcast_shape", broadcast_with_is, "sizes past 256"),
     ("scaled_dot_product_attention", attention_mask_always_4d, "without the H axis"),
-    ("residual_sublayer", residual_on_flattened_tokens, "mixing tokens"),
-    ("residual_sublayer", residual_time_major, "mixing tokens"),
+    ("residual_sublayer", residual_on_flattened_tokens, "takes the whole batch, (B, L, D) = (2, 5, 6), got shape (10, 1, 6)"),
+    ("residual_sublayer", residual_time_major, "takes the whole batch, (B, L, D) = (2, 5, 6), got shape (5, 2, 6)"),
     ("multi_head_attention", mha_softmax_without_the_maximum, "times 100"),
     ("top_k_filter", top_k_on_probabilities, "times 1000"),
     ("next_token_probs", probs_with_default_temperature_2, "default"),

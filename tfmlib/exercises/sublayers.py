@@ -467,6 +467,27 @@ class _TanhFFN:
         return "sublayer (B, L, D) -> (B, L, D)"
 
 
+class _DropoutFFN(_TanhFFN):
+    """A sublayer with dropout inside, as the model's are in training: each call draws a new mask
+    from its own generator, so a residual that calls it twice adds another draw than the one
+    it was handed. The mask is drawn in float32 whatever h's dtype, so that the float64
+    reference run draws the same one."""
+
+    def __init__(self, shape: tuple, g: torch.Generator, p: float = 0.3):
+        super().__init__(shape[-1], g)
+        self.shape, self.p, self.generator = shape, p, torch.Generator().manual_seed(75)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if h.shape != self.shape:  # its mask is drawn for the whole batch, as a model's would be
+            raise ValueError(f"h: this sublayer takes the whole batch, (B, L, D) = {self.shape}, "
+                             f"got shape {tuple(h.shape)}")
+        keep = torch.rand(h.shape, generator=self.generator) >= self.p
+        return super().__call__(h) * keep.to(h.dtype) / (1 - self.p)
+
+    def __repr__(self) -> str:
+        return "sublayer with dropout inside (B, L, D) -> (B, L, D): each call draws a new mask"
+
+
 class _TokenMixing:
     """A sublayer that mixes tokens, as attention does (each position gets the mean of those up
     to it): a residual that flattens the tokens, puts L first or goes one token at a time
@@ -514,7 +535,14 @@ def _residual_cases() -> list[Case]:
             _residual_case("Pre-LN, x with a small spread: eps matters", (2, 4, 6), True, g,
                            spread=0.01, offset=0.0),
             _residual_case("Post-LN, small spread and a small update: eps matters", (2, 4, 6), False, g,
-                           spread=0.01, offset=0.0, update=0.01)]
+                           spread=0.01, offset=0.0, update=0.01),
+            _residual_dropout_case("Post-LN, a sublayer with dropout inside: call it once", (2, 5, 6), False, g),
+            _residual_dropout_case("Pre-LN, a sublayer with dropout inside: call it once", (2, 5, 6), True, g)]
+
+
+def _residual_dropout_case(label, shape, norm_first, g):
+    x = 0.5 + 1.5 * torch.randn(*shape, generator=g)
+    return Case(label, (x, _DropoutFFN(shape, g), random_norm_params(shape[-1], g)), {"norm_first": norm_first})
 
 
 def _ln(x, norm):
@@ -532,6 +560,14 @@ def _pre_ln(x, sublayer, norm):
 def _residual_variant(post=_post_ln, pre=_pre_ln):
     def variant(x, sublayer, norm, norm_first=False):
         return pre(x, sublayer, norm) if norm_first else post(x, sublayer, norm)
+    return variant
+
+
+def _sublayer_called_twice(in_post=True, in_pre=True):
+    def variant(x, sublayer, norm, norm_first=False):
+        if in_pre if norm_first else in_post:
+            sublayer(_ln(x, norm) if norm_first else x)  # a first call whose output is thrown away
+        return _residual_variant()(x, sublayer, norm, norm_first)
     return variant
 
 
@@ -572,6 +608,11 @@ register(Exercise(
                 "add the sublayer's input back: x + ... (that is the residual connection)",
                 _residual_variant(post=lambda x, sublayer, norm: _ln(sublayer(x), norm),
                                   pre=lambda x, sublayer, norm: sublayer(_ln(x, norm)))),
+        Mistake("the sublayer called twice",
+                "call the sublayer once and use its output: each call of a sublayer with dropout "
+                "inside draws a new mask (and each costs a whole attention or FFN)",
+                _sublayer_called_twice(),
+                also=(_sublayer_called_twice(in_pre=False), _sublayer_called_twice(in_post=False))),
         Mistake("x overwritten in place (x += ...)",
                 "write x + sublayer(...), a new tensor: x += ... changes the caller's x, which "
                 "the residual path and autograd still need",

@@ -77,9 +77,13 @@ SITE_DOCTREES ?= $(SITE_OUT)-doctrees
 # Tests run with PATH starting at the venv and with Jupyter, IPython and
 # matplotlib configuration in a private folder, so that neither a user's own
 # config (e.g. a matplotlibrc changing the figure size) nor a kernel installed
-# elsewhere can change what the notebooks print.
+# elsewhere can change what the notebooks print. Python may write its bytecode caches
+# (.pyc) into the venvs: installs skip them (tools/pip_install.py, --no-compile) so that the first
+# import writes them; with PYTHONDONTWRITEBYTECODE set, as on some CI images, none is ever
+# written and every process of the run, each kernel and grader, compiles torch's modules again
+# (about 6 s of CPU per process with a kernel: benchmarks/TEST_TIME.md).
 TEST_HOME := $(CURDIR)/.cache/test-home
-TEST_ENV := env PATH="$(BIN):$$PATH" \
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE PATH="$(BIN):$$PATH" \
 	MPLCONFIGDIR="$(TEST_HOME)/matplotlib" IPYTHONDIR="$(TEST_HOME)/ipython" \
 	JUPYTER_CONFIG_DIR="$(TEST_HOME)/jupyter-config" JUPYTER_DATA_DIR="$(TEST_HOME)/jupyter-data" \
 	TFMLIB_PROGRESS="$(TEST_HOME)/progress.json" TFMLIB_TEACHER_VENV="$(abspath $(TEACHER_VENV))"

@@ -60,8 +60,11 @@ def _nbgrader(course: Path, *args: str) -> tuple[float, float]:
     """(wall seconds, CPU seconds of nbgrader and every kernel it ran) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=grader_env(course.parent),
-                   check=True, capture_output=True, timeout=3600)
+    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=grader_env(course.parent),
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"nbgrader {' '.join(args)} exited with {done.returncode}; the end of its "
+                         f"output:\n{(done.stdout + done.stderr)[-3000:]}")
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

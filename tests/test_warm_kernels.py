@@ -188,6 +188,24 @@ def test_each_kernel_is_a_new_process_with_the_imports_done_and_nothing_of_the_o
     assert processes_of(tmp_path) == []
 
 
+def test_a_kernel_forked_for_a_notebook_inherits_its_cases_and_still_runs_on_every_thread(tmp_path):
+    """The zygote derives the cases of the notebook graded in the kernel's folder before it forks
+    (nbgrader runs each submission in autograded/STUDENT/NOTEBOOK), on one thread: a fork of a
+    process whose OpenMP pool had started would hang at its first parallel operation."""
+    folder = tmp_path / "07_sublayers"
+    folder.mkdir()
+    code = ("import os, torch; from tfmlib.exercises import REGISTRY; "
+            "print([hasattr(REGISTRY[n], '_cases') for n in ('residual_sublayer', 'embed')]); "
+            "x = torch.randn(1500, 1500); print((x @ x).shape == x.shape, torch.get_num_threads() == os.cpu_count())")
+    done = subprocess.run([str(TEACHER_BIN / "python"), "-c", FORKS, str(REPO / "teacher"), code],
+                          cwd=folder, env=grader_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(done.stdout.splitlines()[-1])
+    # 07's cases, not 03's; a kernel that hangs fails at nbclient's timeout
+    assert result["text"].split("\n")[:2] == ["[True, False]", "True True"], result
+    assert processes_of(tmp_path) == []
+
+
 # ---- the sandbox, one kernel at a time (tests/test_grading_sandbox.py grades through nbgrader) ----
 
 DETACH = """

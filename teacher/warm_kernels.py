@@ -242,7 +242,7 @@ def _fork(argv: list[str], cwd: str, env: dict, sandbox: dict | None = None) -> 
 
 def _zygote_env(env: dict) -> dict:
     """A kernel's environment less what differs from one submission to the next."""
-    return {name: value for name, value in env.items() if name != OUT_VARIABLE}
+    return {name: value for name, value in env.items() if name not in PER_SUBMISSION}
 
 
 def _stop(zygote: Zygote | None = None) -> None:
@@ -308,6 +308,13 @@ BWRAP = "bwrap"
 # The environment variable that names the submission's own writable folder inside the sandbox
 # (the same path outside it): what the graded cells hand back to the grader goes there.
 OUT_VARIABLE = "TFMLIB_GRADE_OUT"
+
+# What differs from one submission's kernel environment to the next: the hand-in folder; and a
+# variable torch sets in the grader's own process, whose environment the kernels inherit, when the
+# first verdict's check imports torch._inductor (else the second submission started a new zygote,
+# and its imports and cases again: 4.5 s a submission unsandboxed, against 2 s).
+PER_SUBMISSION = (OUT_VARIABLE, "TORCHINDUCTOR_CACHE_DIR")
+
 # What of the grader's environment a submission's kernel gets: no token, no home, no path of the
 # grading account's (a hub service's JUPYTERHUB_API_TOKEN, for one, must not reach it).
 KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS",

@@ -206,6 +206,22 @@ def test_a_kernel_forked_for_a_notebook_inherits_its_cases_and_still_runs_on_eve
     assert processes_of(tmp_path) == []
 
 
+def test_torchs_own_cache_variable_in_the_graders_environment_starts_no_new_zygote(tmp_path):
+    """The first verdict's check imports torch._inductor in the grader's process, which sets
+    TORCHINDUCTOR_CACHE_DIR there; the next kernel's environment then differs, and it must still be
+    a fork of the same zygote (else every submission after the first pays the imports again)."""
+    between = "from torch._inductor.runtime.cache_dir_utils import cache_dir; cache_dir()"
+    script = FORKS.replace("print(json.dumps([run(code) for code in sys.argv[2:]]))",
+                           f"first = run(sys.argv[2]); {between}; print(json.dumps([first, run(sys.argv[2])]))")
+    code = "import os; print(os.getppid(), 'TORCHINDUCTOR_CACHE_DIR' in os.environ)"
+    done = subprocess.run([str(TEACHER_BIN / "python"), "-c", script, str(REPO / "teacher"), code],
+                          cwd=tmp_path, env=grader_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    one, two = (result["text"].split() for result in json.loads(done.stdout.splitlines()[-1]))
+    assert one[0] == two[0] and (one[1], two[1]) == ("False", "True"), (one, two)
+    assert processes_of(tmp_path) == []
+
+
 # ---- the sandbox, one kernel at a time (tests/test_grading_sandbox.py grades through nbgrader) ----
 
 DETACH = """

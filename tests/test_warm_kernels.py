@@ -214,8 +214,10 @@ def test_torchs_own_cache_variable_in_the_graders_environment_starts_no_new_zygo
     script = FORKS.replace("print(json.dumps([run(code) for code in sys.argv[2:]]))",
                            f"first = run(sys.argv[2]); {between}; print(json.dumps([first, run(sys.argv[2])]))")
     code = "import os; print(os.getppid(), 'TORCHINDUCTOR_CACHE_DIR' in os.environ)"
+    # without it at first, though this test's own process may have set it already
+    env = {name: value for name, value in grader_env(tmp_path).items() if name != "TORCHINDUCTOR_CACHE_DIR"}
     done = subprocess.run([str(TEACHER_BIN / "python"), "-c", script, str(REPO / "teacher"), code],
-                          cwd=tmp_path, env=grader_env(tmp_path), capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     one, two = (result["text"].split() for result in json.loads(done.stdout.splitlines()[-1]))
     assert one[0] == two[0] and (one[1], two[1]) == ("False", "True"), (one, two)

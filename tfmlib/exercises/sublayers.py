@@ -477,8 +477,8 @@ class _TanhFFN:
 
 class _DropoutFFN(_TanhFFN):
     """A sublayer with dropout inside, as the model's are in training: each call draws a new mask
-    from its own generator, so a residual that calls it twice adds another draw than the one
-    it was handed. The mask is drawn in float32 whatever h's dtype, so that the float64
+    from its own generator, so a residual that calls it twice uses another mask than the
+    reference's one call. The mask is drawn in float32 whatever h's dtype, so that the float64
     reference run draws the same one."""
 
     def __init__(self, shape: tuple, g: torch.Generator, p: float = 0.3):
@@ -527,10 +527,12 @@ class _MaskedSelfAttention:
 
 
 def _residual_case(label, shape, norm_first, g, spread=1.5, offset=0.5, update=1.0,
-                   dtype=torch.float32):
-    """norm_first=None leaves it at the function's default (Post-LN)."""
+                   dtype=torch.float32, dropout=False):
+    """norm_first=None leaves it at the function's default (Post-LN); dropout: the sublayer has
+    dropout inside."""
     x = offset + spread * torch.randn(*shape, generator=g)
-    args = (x.to(dtype), _TanhFFN(shape[-1], g, update), _as(dtype, random_norm_params(shape[-1], g)))
+    sublayer = _DropoutFFN(shape, g) if dropout else _TanhFFN(shape[-1], g, update)
+    args = (x.to(dtype), sublayer, _as(dtype, random_norm_params(shape[-1], g)))
     return Case(label, args, {} if norm_first is None else {"norm_first": norm_first})
 
 
@@ -544,13 +546,10 @@ def _residual_cases() -> list[Case]:
                            spread=0.01, offset=0.0),
             _residual_case("Post-LN, small spread and a small update: eps matters", (2, 4, 6), False, g,
                            spread=0.01, offset=0.0, update=0.01),
-            _residual_dropout_case("Post-LN, a sublayer with dropout inside: call it once", (2, 5, 6), False, g),
-            _residual_dropout_case("Pre-LN, a sublayer with dropout inside: call it once", (2, 5, 6), True, g)]
-
-
-def _residual_dropout_case(label, shape, norm_first, g):
-    x = 0.5 + 1.5 * torch.randn(*shape, generator=g)
-    return Case(label, (x, _DropoutFFN(shape, g), random_norm_params(shape[-1], g)), {"norm_first": norm_first})
+            _residual_case("Post-LN, a sublayer with dropout inside: call it once", (2, 5, 6), False, g,
+                           dropout=True),
+            _residual_case("Pre-LN, a sublayer with dropout inside: call it once", (2, 5, 6), True, g,
+                           dropout=True)]
 
 
 def _ln(x, norm):

@@ -12,6 +12,7 @@
 #   make gallery    every figure and a few states of every widget on one page, linted (build/gallery/)
 #   make notebook-times  time each notebook headless and the total (NB="05 09" for some)
 #   make mutants    mutation test of the exercise checks; writes benchmarks/MUTANTS.md
+#   make far-sizes  count how far each check tiles each axis; writes tfmlib/data/far_sizes.json
 #   make sweep      train notebook 10's run, its lab and b1/b2's model on 24 seeds x 2 kernel settings:
 #                   tfmlib/data/sweep.json, the numbers the claims rest on (hours on 2 cores; not in make test)
 #   make execute    re-execute every notebook in place to refresh its stored outputs
@@ -125,7 +126,7 @@ TEST_RUN_CACHE := TFMLIB_RUN_CACHE="$(RUN_CACHE)"
 CHROMIUM := /usr/bin/chromium
 BWRAP := /usr/bin/bwrap
 
-.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants execute i18n chromium bubblewrap teacher nbgrader-course hub hub-test hub-load hub-values-check site site-install site-preview clean distclean
+.PHONY: help install course test test-timed unit notebooks notebooks-other-cpu browser bench sweep gallery notebook-times mutants far-sizes execute i18n chromium bubblewrap teacher nbgrader-course hub hub-test hub-load hub-values-check site site-install site-preview clean distclean
 
 help:
 	@grep -E '^#   make ' $(firstword $(MAKEFILE_LIST)) | sed 's/^#   //'
@@ -225,6 +226,10 @@ notebook-times: install
 
 mutants: install
 	$(TEST_ENV) $(PY) -W ignore tests/mutants.py
+
+# After a change to an exercise's reference, cases or contract (tests/test_far_sizes.py says when).
+far-sizes: install
+	$(TEST_ENV) $(PY) tools/far_sizes.py --write
 
 # The seed sweep (tools/sweep.py): 2 processes, each run a fresh one on one thread. Resumes from
 # build/sweep/runs.jsonl; delete that file to start afresh.

@@ -36,8 +36,10 @@ import contextlib
 import copy
 import dataclasses
 import difflib
+import functools
 import html
 import inspect
+import json
 import numbers
 import os
 import re
@@ -45,12 +47,10 @@ import textwrap
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
 
 from . import provenance, tracker
 from .tracker import REGISTRY, register  # noqa: F401  (where topic modules find them)
@@ -449,12 +449,9 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
         together = _all_resized(case, names, contract, axes, size) if len(apart) > 1 else None
         derived += [together] if together is not None and _reference_accepts(exercise, together) else apart
     derived += [_resized(case, names, axis, contract.axes[axis], None) for axis in contract.drop]
-    for axis in (a for a in contract.axes if a != "B"):  # past 1024 where that costs under 50 ms, else
-        probe = _resized(case, names, axis, contract.axes[axis], WIDE)  # past 512: the cost grows at most
-        work = _work(exercise, probe) if probe is not None else None  # as the length squared
-        size = next((s for s in (FAR, HALF_FAR) if work is not None and work < FAR_WORK / (s / WIDE) ** 2), None)
-        if size is not None:
-            derived.append(_resized(case, names, axis, contract.axes[axis], size))
+    # past 1024 where that costs the reference under ~50 ms, else past 512 where that does
+    far = _far_sizes().get(exercise.name, {})
+    derived += [_resized(case, names, axis, contract.axes[axis], far[axis]) for axis in contract.axes if axis in far]
     for name in [*names, *case.kwargs]:  # a mask that hides every key, and one that hides none
         mask = _value_of(case, names, name)
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
@@ -545,24 +542,14 @@ class OutputOverwrittenError(Exception):
     found_by_the_checker = True  # the check says this message, not "your function raised ..."
 
 
-FAR_WORK = 2e7  # what one core does in ~50 ms, counted, not timed: any machine derives the same cases
+FAR_SIZES_FILE = Path(__file__).parent.parent / "data" / "far_sizes.json"
 
 
-class _Written(TorchDispatchMode):  # counts the elements every operation writes
-    count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.count += sum(t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
-        return out
-
-
-def _work(exercise: Exercise, case: Case) -> int:
-    """The reference's multiply-adds on `case` (FlopCounterMode) plus every element it writes."""
-    flops, elements = FlopCounterMode(display=False), _Written()
-    with flops, elements:
-        _run_safely(exercise, exercise.reference, case)
-    return flops.get_total_flops() + elements.count
+@functools.cache
+def _far_sizes() -> dict[str, dict[str, int]]:
+    """{exercise: {axis: FAR or HALF_FAR}}: the reference's work, counted by tools/far_sizes.py
+    (counting imports torch._dynamo: seconds a learner's first check would wait)."""
+    return json.loads(FAR_SIZES_FILE.read_text())
 
 
 # Text as learners type it: whitespace of every kind, punctuation stuck to every word; and

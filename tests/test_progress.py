@@ -76,6 +76,80 @@ def test_the_view_says_that_passed_means_passed_once_and_the_note_is_the_last_ch
     assert "<th>ever passed?</th>" in page and "<th>the last check said (if never passed)</th>" in page
 
 
+def tags_in_html(page: str) -> list[str]:
+    """The state tag of every row of the HTML table, in order."""
+    return re.findall(r"<td style='color:#[0-9a-f]{6}'><b>([^<]*)</b></td>", page)
+
+
+def test_the_chinese_view_has_chinese_labels_and_the_right_counts(progress_file):
+    """Issue 34: in the Chinese edition the summary, the tags and the headers are Chinese (the
+    glossary's 练习 for exercise); the note is the check's own message, English in both."""
+    check("padding_mask", my_padding_mask)
+    check("causal_mask", my_causal_mask)
+    total = len(REGISTRY)
+    view = progress(lang="zh")
+    text = str(view)
+    assert text.splitlines()[0] == (f"共 {total} 个练习：1 个至少通过过一次，1 个尝试过但从未通过，"
+                                    f"{total - 2} 个尚未尝试（记录在 {progress_file}）")
+    assert re.search(r"^04_masks\s+padding_mask\s+通过$", text, re.M), text
+    assert re.search(r"^\s+causal_mask\s+未通过  looks like a classic mistake", text, re.M), text
+    assert re.search(r"^\s+target_mask\s+未尝试$", text, re.M), text
+    assert not re.search(r"PASS|FAIL|TODO|exercises passed", text)
+    page = view._repr_html_()
+    assert ("<tr><th>笔记本</th><th>练习</th><th>是否通过过</th><th>最近一次检查给出的提示（从未通过时）</th></tr>"
+            in page)
+    tags = tags_in_html(page)
+    assert len(tags) == total
+    assert (tags.count("通过"), tags.count("未通过"), tags.count("未尝试")) == (1, 1, total - 2)
+    assert f"<p>共 {total} 个练习：1 个至少通过过一次" in page and "looks like a classic mistake" in page
+    assert "ever passed?" not in page and "PASS" not in page
+
+
+def test_the_english_view_when_asked_for(progress_file, monkeypatch):
+    monkeypatch.chdir(REPO / "notebooks" / "zh")        # the Chinese edition's folder, yet English asked
+    check("causal_mask", my_causal_mask)
+    view = progress(lang="en")
+    total = len(REGISTRY)
+    assert str(view).splitlines()[0].startswith(f"0 of {total} exercises passed at least once, 1 tried but "
+                                                f"never passed, {total - 1} not tried yet (recorded in ")
+    tags = tags_in_html(view._repr_html_())
+    assert (tags.count("PASS"), tags.count("FAIL"), tags.count("TODO")) == (0, 1, total - 1)
+    assert "<th>ever passed?</th>" in view._repr_html_()
+
+
+def test_the_chinese_view_says_when_recording_is_off(monkeypatch):
+    monkeypatch.setenv("TFMLIB_PROGRESS", "")
+    assert "（记录已关闭：TFMLIB_PROGRESS 为空）" in str(progress(lang="zh"))
+
+
+@pytest.mark.parametrize("folder, lang", [
+    ("notebooks/zh", "zh"), ("notebooks/zh/bonus", "zh"),       # the Chinese edition, as stored
+    ("notebooks", "en"), ("notebooks/bonus", "en"), (".", "en"),
+])
+def test_the_default_language_follows_the_working_folder(progress_file, monkeypatch, folder, lang):
+    """Jupyter starts a kernel in its notebook's folder, so a Chinese notebook's progress() is Chinese."""
+    monkeypatch.chdir(REPO / folder)
+    view = progress()
+    assert view.lang == lang
+    summary = f"共 {len(REGISTRY)} 个练习：0 个" if lang == "zh" else f"0 of {len(REGISTRY)} exercises passed"
+    assert str(view).startswith(summary), str(view).splitlines()[0]
+
+
+def test_a_folder_called_zh_elsewhere_is_not_the_chinese_edition(progress_file, monkeypatch, tmp_path):
+    """Only notebooks/zh is: a learner's own folder named zh (a user name, a course copy) is not."""
+    (tmp_path / "zh" / "notebooks").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "zh" / "notebooks")
+    assert progress().lang == "en"
+    (tmp_path / "my-course" / "notebooks" / "zh").mkdir(parents=True)   # a clone under another name
+    monkeypatch.chdir(tmp_path / "my-course" / "notebooks" / "zh")
+    assert progress().lang == "zh"
+
+
+def test_an_unknown_language_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"progress\(lang='fr'\): lang must be one of 'en', 'zh'"):
+        progress(lang="fr")
+
+
 def test_the_file_holds_the_machine_readable_result(progress_file):
     result = check("causal_mask", my_causal_mask)
     entry = json.loads(progress_file.read_text())["exercises"]["causal_mask"]

@@ -3,7 +3,8 @@ local file, and `progress()` shows, per notebook, which exercises were passed, f
 yet tried.
 
     from tfmlib.exercises import progress
-    progress()
+    progress()            # labels in Chinese in notebooks/zh (the kernel's folder), else English
+    progress(lang="zh")   # or "en": either language anywhere
 
 Where: ~/.tfmlib/progress.json, or the file named by the environment variable
 TFMLIB_PROGRESS; set it to an empty value to record nothing. Reset: `reset_progress()`
@@ -137,8 +138,39 @@ class _locked:
 
 # ---- the view ---------------------------------------------------------------------------------
 
-_MARK = {"passed": ("PASS", "#1e7e34"), "failed": ("FAIL", "#b3261e"),
-         "not tried": ("TODO", "#5f6368")}
+_COLOUR = {"passed": "#1e7e34", "failed": "#b3261e", "not tried": "#5f6368"}
+
+# What the view says, per language. Its words follow docs/glossary-zh.md (exercise 练习); the
+# note, the last check's own message, stays English in both, like every check message.
+_LABELS = {
+    "en": {
+        "tag": {"passed": "PASS", "failed": "FAIL", "not tried": "TODO"},
+        "summary": "{passed} of {total} exercises passed at least once, {failed} tried but never passed, "
+                   "{not_tried} not tried yet ({where})",
+        "recorded": "recorded in {path}",
+        "off": "recording is off ({var} is empty)",
+        "headers": ("notebook", "exercise", "ever passed?", "the last check said (if never passed)"),
+    },
+    "zh": {
+        "tag": {"passed": "通过", "failed": "未通过", "not tried": "未尝试"},
+        "summary": "共 {total} 个练习：{passed} 个至少通过过一次，{failed} 个尝试过但从未通过，"
+                   "{not_tried} 个尚未尝试（{where}）",
+        "recorded": "记录在 {path}",
+        "off": "记录已关闭：{var} 为空",
+        "headers": ("笔记本", "练习", "是否通过过", "最近一次检查给出的提示（从未通过时）"),
+    },
+}
+LANGUAGES = tuple(_LABELS)
+
+
+def default_language() -> str:
+    """"zh" when Python runs in the Chinese edition's folders (notebooks/zh, notebooks/zh/bonus), else
+    "en": Jupyter starts a notebook's kernel in the notebook's folder."""
+    try:
+        parts = os.path.normpath(os.getcwd()).split(os.sep)
+    except OSError:  # the working folder was deleted under the kernel
+        return "en"
+    return "zh" if any(a == "notebooks" and b == "zh" for a, b in zip(parts, parts[1:])) else "en"
 
 
 @dataclass
@@ -154,39 +186,50 @@ class Progress:
     """What `progress()` returns: one row per exercise, shown as a table in a notebook."""
     path: str | None
     rows: list[Row]
+    lang: str = "en"   # the labels' language, one of LANGUAGES
 
     def counts(self) -> dict[str, int]:
-        return {state: sum(row.state == state for row in self.rows) for state in _MARK}
+        return {state: sum(row.state == state for row in self.rows) for state in _COLOUR}
 
     def _summary(self) -> str:
-        counts = self.counts()
-        where = f"recorded in {self.path}" if self.path else f"recording is off ({ENV_VAR} is empty)"
-        return (f"{counts['passed']} of {len(self.rows)} exercises passed at least once, "
-                f"{counts['failed']} tried but never passed, {counts['not tried']} not tried yet ({where})")
+        labels, counts = _LABELS[self.lang], self.counts()
+        where = labels["recorded"].format(path=self.path) if self.path else labels["off"].format(var=ENV_VAR)
+        return labels["summary"].format(passed=counts["passed"], total=len(self.rows), failed=counts["failed"],
+                                        not_tried=counts["not tried"], where=where)
 
     def __str__(self) -> str:
+        tags = _LABELS[self.lang]["tag"]
         lines = [self._summary()]
         for index, row in enumerate(self.rows):
             notebook = row.notebook if index == 0 or self.rows[index - 1].notebook != row.notebook else ""
-            line = f"{notebook:<20}{row.exercise:<32}{_MARK[row.state][0]}"
+            line = f"{notebook:<20}{row.exercise:<32}{tags[row.state]}"
             lines.append((line + "  " + row.note) if row.note else line)
         return "\n".join(lines)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        labels = _LABELS[self.lang]
         cells = []
         for row in self.rows:
-            tag, colour = _MARK[row.state]
             cells.append(f"<tr><td>{html.escape(row.notebook)}</td><td><code>{html.escape(row.exercise)}"
-                         f"</code></td><td style='color:{colour}'><b>{tag}</b></td>"
+                         f"</code></td><td style='color:{_COLOUR[row.state]}'><b>{labels['tag'][row.state]}</b></td>"
                          f"<td style='text-align:left'>{html.escape(row.note)}</td></tr>")
-        return (f"<p>{html.escape(self._summary())}</p><table><tr><th>notebook</th><th>exercise</th>"
-                f"<th>ever passed?</th><th>the last check said (if never passed)</th></tr>{''.join(cells)}</table>")
+        headers = "".join(f"<th>{html.escape(header)}</th>" for header in labels["headers"])
+        return f"<p>{html.escape(self._summary())}</p><table><tr>{headers}</tr>{''.join(cells)}</table>"
 
 
-def progress() -> Progress:
-    """Every exercise of the course, per notebook: passed (at least once), failed, or not tried."""
+def progress(lang: str | None = None) -> Progress:
+    """Every exercise of the course, per notebook: passed (at least once), failed, or not tried.
+
+    lang: the labels' language, "en" or "zh"; by default "zh" in the Chinese edition's folders
+    (notebooks/zh), where Jupyter runs its notebooks' kernels, else "en".
+    """
+    if lang is None:
+        lang = default_language()
+    elif lang not in LANGUAGES:
+        raise ValueError(f"progress(lang={lang!r}): lang must be one of {', '.join(map(repr, LANGUAGES))}, "
+                         "or left out for the language of the folder the notebook runs in")
     path = progress_path()
     entries = _read(path) if path else {}
     rows = []
@@ -200,7 +243,7 @@ def progress() -> Progress:
             state, note = "failed", str(entry.get("message", ""))
         rows.append(Row(notebook_of(exercise), name, state, note))
     rows.sort(key=lambda row: row.notebook)  # stable: each notebook keeps its exercises' order
-    return Progress(path, rows)
+    return Progress(path, rows, lang)
 
 
 def reset_progress() -> None:

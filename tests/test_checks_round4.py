@@ -22,6 +22,7 @@ from tfmlib.exercises.core import FAR
 from tfmlib.exercises.provenance import FORBIDDEN
 from tfmlib.exercises.sublayers import _CALLS, _TAIL, _binomial_range
 from tfmlib.exercises.tracker import notebook_of
+from tfmlib.language_model import decoder_block
 from tfmlib.multihead import multi_head_attention
 from tfmlib.sublayers import feed_forward, layer_norm
 from tfmlib.tokenization import BOS, EOS, SPECIALS, UNK
@@ -614,22 +615,70 @@ def test_attention_layers_go_past_512_where_past_1024_is_too_dear():
         assert any(512 < s <= 1024 for s in sizes), name
 
 
-_CAUSAL_512 = torch.ones(512, 512, dtype=torch.bool).tril()
+def decoder_block_with_a_fixed_causal_buffer(size):
+    """The learner trials' answers: a causal mask made once for 512 tokens (or GPT-2's 1024), sliced."""
+    buffer = torch.ones(size, size, dtype=torch.bool).tril()
+
+    def block_(x, block, num_heads, mask=None):
+        length = x.size(1)
+        mask = buffer[:length, :length] if mask is None else mask
+        h = layer_norm(x, block["norm1"]["gamma"], block["norm1"]["beta"])
+        x = x + multi_head_attention(h, h, h, block["attention"], num_heads, mask)[0]
+        h = layer_norm(x, block["norm2"]["gamma"], block["norm2"]["beta"])
+        return x + feed_forward(h, block["ffn"])
+    return block_
 
 
-def decoder_block_with_a_512_causal_buffer(x, block, num_heads, mask=None):
-    """The second learner trial's answer: a causal mask made once for 512 tokens, sliced."""
-    length = x.size(1)
-    mask = _CAUSAL_512[:length, :length] if mask is None else mask
-    h = layer_norm(x, block["norm1"]["gamma"], block["norm1"]["beta"])
-    x = x + multi_head_attention(h, h, h, block["attention"], num_heads, mask)[0]
-    h = layer_norm(x, block["norm2"]["gamma"], block["norm2"]["beta"])
-    return x + feed_forward(h, block["ffn"])
+@pytest.mark.parametrize("size", [512, 1024])
+def test_a_decoder_block_with_a_fixed_causal_buffer_fails_past_1024_with_the_default_mask(size):
+    result = check("decoder_block", decoder_block_with_a_fixed_causal_buffer(size))
+    assert not result and "past 1024 tokens" in result.details and f"({size}, {size})" in result.details, str(result)
 
 
-def test_a_decoder_block_with_a_512_causal_buffer_fails_past_512_with_the_default_mask():
-    result = check("decoder_block", decoder_block_with_a_512_causal_buffer)
-    assert not result and "past 512 tokens" in result.details and "(512, 512)" in result.details, str(result)
+def decoder_block_attending_with_a_fill(fill):
+    """Its own attention: hidden scores filled with `fill` (None: the dtype's lowest), rows with no
+    key seen zeroed after."""
+    def block_(x, block, num_heads, mask=None):
+        batch, length, width = x.shape
+        mask = torch.ones(length, length, dtype=torch.bool).tril() if mask is None else mask
+        p, d_k = block["attention"], width // num_heads
+
+        def heads(h, name):
+            return (h @ p[f"w_{name}"].T + p[f"b_{name}"]).view(batch, length, num_heads, d_k).transpose(1, 2)
+        h = layer_norm(x, block["norm1"]["gamma"], block["norm1"]["beta"])
+        scores = heads(h, "q") @ heads(h, "k").transpose(-2, -1) / math.sqrt(d_k)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min if fill is None else fill)
+        weights = scores.softmax(-1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        context = (weights @ heads(h, "v")).transpose(1, 2).reshape(batch, length, width)
+        x = x + context @ p["w_o"].T + p["b_o"]
+        h = layer_norm(x, block["norm2"]["gamma"], block["norm2"]["beta"])
+        return x + feed_forward(h, block["ffn"])
+    return block_
+
+
+@pytest.mark.parametrize("fill, right", [(float("-inf"), True), (None, True), (-1e4, False)])
+def test_a_fill_of_minus_1e4_fails_where_scores_go_past_it(fill, right):
+    result = check("decoder_block", decoder_block_attending_with_a_fill(fill))
+    assert bool(result) is right, str(result)
+    assert right or "scores of +-1e5" in result.details, str(result)
+
+
+def lm_forward_with_final_eps(eps):
+    def forward(params, ids, config):
+        x = F.embedding(ids, params["token_embedding"]) * math.sqrt(config.d_model)
+        x = x + params["position_embedding"][:ids.size(1)]
+        for block in params["blocks"]:
+            x = decoder_block(x, block, config.num_heads)
+        norm = params["final_norm"]
+        return layer_norm(x, norm["gamma"], norm["beta"], eps) @ params["token_embedding"].T
+    return forward
+
+
+@pytest.mark.parametrize("eps, right", [(1e-5, True), (1e-6, False)])
+def test_lm_forwards_final_layer_norm_eps_shows_on_a_nearly_constant_hidden_state(eps, right):
+    result = check("lm_forward", lm_forward_with_final_eps(eps))
+    assert bool(result) is right, str(result)
+    assert right or "x 1e-3" in result.details, str(result)
 
 
 def causal_mask_on_the_meta_device(seq_len):

@@ -25,7 +25,7 @@ from ..language_model import LMConfig, decoder_block, lm_forward, lm_loss
 from ..masks import causal_mask
 from ..multihead import multi_head_attention
 from ..sublayers import feed_forward, layer_norm
-from .core import Case, Contract, Exercise, Mistake, register
+from .core import Case, Contract, Exercise, Mistake, _map_tensors, register
 from .multihead import causal, padding, random_mha_params
 from .sublayers import random_ffn_params, random_norm_params
 
@@ -56,11 +56,14 @@ def _block_mask(kind: str, lengths: list[int], length: int):
     return torch.ones(1, 1, length, length, dtype=torch.bool)
 
 
-def _block_case(label, g, batch, length, d_model, d_ff, heads, kind, lengths=None, scale=1.0):
+def _block_case(label, g, batch, length, d_model, d_ff, heads, kind, lengths=None, scale=1.0, query_key_scale=1.0):
     x = scale * torch.randn(batch, length, d_model, generator=g)
     mask = _block_mask(kind, lengths or [length] * batch, length)
+    block = random_block(d_model, d_ff, g)
+    for name in ("w_q", "b_q", "w_k", "b_k"):  # the scores grow as its square
+        block["attention"][name] *= query_key_scale
     return Case(f"{label}: (B, L, D) = ({batch}, {length}, {d_model}), heads={heads}, mask: {kind}",
-                (x, random_block(d_model, d_ff, g), heads), {} if mask is None else {"mask": mask})
+                (x, block, heads), {} if mask is None else {"mask": mask})
 
 
 def _decoder_block_cases() -> list[Case]:
@@ -70,9 +73,15 @@ def _decoder_block_cases() -> list[Case]:
             _block_case("a mask with no causal part: used as given", g, 2, 4, 8, 12, 4, "all True"),
             _block_case("padding only: used as given", g, 2, 5, 6, 10, 2, "padding only", [5, 2]),
             _block_case("large inputs", g, 1, 7, 8, 8, 1, "default (None)", scale=3.0),
-            # Past 512 with the default mask (a causal mask kept at a fixed size shows), made as
-            # small as it can be: the contract's longer lengths vary the padded case, over 50 ms here.
-            _block_case("past 512 tokens", g, 1, 513, 4, 4, 1, "default (None)")]
+            # Past 1024 with the default mask (a causal mask kept at a fixed size, GPT-2's 1024
+            # included, shows), made as small as it can be: the contract's longer lengths vary the
+            # padded case, over 50 ms here.
+            _block_case("past 1024 tokens", g, 1, 1025, 4, 4, 1, "default (None)"),
+            # scores far below -1e4 where a key is seen: a fill of -1e4 for the hidden ones shows
+            _block_case("scores of +-1e5 (large w_q, w_k)", g, 2, 6, 8, 8, 2, "causal & padding", [6, 2],
+                        query_key_scale=100.0),
+            # each token's variance far below LayerNorm's eps (1e-5): eps 1e-6 shows
+            _block_case("a nearly constant x (x 1e-4)", g, 2, 5, 8, 12, 2, "default (None)", scale=1e-4)]
 
 
 def _block_variant(mask_rule="reference", norms=("norm1", "norm2"), post_ln=False, add_back="x",
@@ -150,10 +159,13 @@ register(Exercise(
 
 # ---- lm_forward ---------------------------------------------------------------------------------
 
-def _forward_case(label, g, batch, length, config):
+def _forward_case(label, g, batch, length, config, weight_scale=1.0):
     ids = torch.randint(0, config.vocab_size, (batch, length), generator=g)
-    return Case(f"{label}: ids (B, L) = ({batch}, {length}), {config}",
-                (random_lm_params(config, g), ids, config))
+    params = random_lm_params(config, g)
+    if weight_scale != 1.0:  # every tensor but the final LayerNorm's
+        params = {key: value if key == "final_norm" else _map_tensors(value, lambda t: t * weight_scale)
+                  for key, value in params.items()}
+    return Case(f"{label}: ids (B, L) = ({batch}, {length}), {config}", (params, ids, config))
 
 
 def _lm_forward_cases() -> list[Case]:
@@ -164,7 +176,10 @@ def _lm_forward_cases() -> list[Case]:
                           LMConfig(7, d_model=12, num_heads=3, d_ff=16, num_layers=3, max_len=5)),
             # vocab_size == d_model: a transposed tied output layer runs, and gives other logits
             _forward_case("vocab_size == d_model", g, 2, 4, LMConfig(8, d_model=8, num_heads=4,
-                                                                     d_ff=8, num_layers=2, max_len=6))]
+                                                                     d_ff=8, num_layers=2, max_len=6)),
+            # the final LayerNorm reads a hidden state whose variance is far below eps (1e-5)
+            _forward_case("every weight but the final LayerNorm's x 1e-3", g, 2, 5,
+                          LMConfig(9, d_model=8, num_heads=2, d_ff=12, num_layers=2, max_len=5), weight_scale=1e-3)]
 
 
 def _forward_variant(positions="before the blocks", scale=True, final_norm=True, tied="E^T",

@@ -66,6 +66,15 @@ def test_each_run_of_an_answer_draws_the_same_numbers_and_the_caller_keeps_its_o
     assert runs[0] == runs[1], "the numbers drawn depend on the random state the check was called in"
 
 
+def test_deriving_the_cases_leaves_the_callers_random_state(monkeypatch):
+    exercise = REGISTRY["shift_right"]
+    monkeypatch.delattr(exercise, "_cases", raising=False)  # derived afresh, as in a grader's warm kernel
+    _seed_every_generator(3)
+    before = _random_states()
+    assert exercise.cases()
+    assert _same_states(before, _random_states())
+
+
 # ---- the exercises that draw random numbers: every verdict, under other states and orders -------
 
 def dropout_numpy(x, p, training=True):

@@ -312,7 +312,7 @@ WRONG = [
     ("multi_head_attention", mha_in_float32_inside, "float64"),
     ("dropout", dropout_with_a_float32_mask, "float16"),
     ("dropout", dropout_off_by_default, "your defaults are used"),
-    ("forward", forward_training_by_default, "your defaults are used"),
+    ("forward", forward_training_by_default, "`training` left at the default"),
     ("warmup_inverse_sqrt_lr", inverse_sqrt_factor_2_by_default, "your defaults are used"),
     ("warmup_cosine_lr", cosine_to_zero_by_default, "your defaults are used"),
     ("scaled_dot_product_attention", attention_view_on_key_and_value, "stored transposed"),

@@ -22,7 +22,7 @@ import sys
 import torch
 
 from .exercises import REGISTRY, check
-from .exercises.core import CheckResult, Finding, _Raised, _run_safely, _where_it_raised
+from .exercises.core import CheckResult, Finding, _Raised, _run_safely, _where_it_raised, random_state_kept
 
 ENV_VAR = "TFMLIB_GRADE_OUT"
 
@@ -40,13 +40,13 @@ def graded(name: str, fn) -> CheckResult:
 def outcomes(name: str, fn) -> list[dict]:
     """What `fn` did on each of the exercise's cases, as plain data (see `encode`)."""
     exercise = REGISTRY[name]
-    threads, random_state = torch.get_num_threads(), torch.get_rng_state()
+    threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # as check does: the cases are tiny
-        return [encode_outcome(_run_safely(exercise, fn, case)) for case in exercise.cases()]
+        with random_state_kept():
+            return [encode_outcome(_run_safely(exercise, fn, case)) for case in exercise.cases()]
     finally:
         torch.set_num_threads(threads)
-        torch.set_rng_state(random_state)
 
 
 def encode_outcome(outcome) -> dict:

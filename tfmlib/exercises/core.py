@@ -24,6 +24,12 @@ means"):
     reaching every floating-point input must match the reference's.
 `check` never raises: a learner's bug is reported, not re-thrown.
 
+Every run of a function on a case (the answer's, the reference's, each catalogued mistake's)
+starts from one random state: torch's global generator, Python's `random` and NumPy's seeded
+alike (`_call`). A function that draws random numbers (dropout) then draws the same ones
+whatever the cells or the checks before it did, so its verdict and the mistake it is named for
+depend on the answer alone; and `check` puts the caller's random states back afterwards.
+
 A `Case` whose `raises` is set is one where a correct answer must raise that
 exception (e.g. ValueError for shapes that do not broadcast). A `Mistake` may
 list more variants in `also` (ids as float32 or int32; a frequency term
@@ -42,6 +48,7 @@ import inspect
 import json
 import numbers
 import os
+import random
 import re
 import textwrap
 import traceback
@@ -50,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import provenance, tracker
@@ -163,8 +171,9 @@ class Exercise:
     def cases(self) -> list[Case]:
         """The notebook's cases, then those the engine derives from the contract (made once)."""
         if not hasattr(self, "_cases"):
-            own = self.make_cases()
-            self._cases = own + (variations(self, own) if self.contract is not None else [])
+            with random_state_kept():  # deriving runs the reference (a grader's warm kernel derives them alone)
+                own = self.make_cases()
+                self._cases = own + (variations(self, own) if self.contract is not None else [])
         return list(self._cases)
 
     def outcome(self, fn, case: Case, float64: bool = False) -> _Outcome:
@@ -195,7 +204,32 @@ class Exercise:
         return _Outcome(_detached(value), changed, gradients, moved)
 
     def _call(self, fn, case: Case):
+        _seed_every_generator()
         return self.run(fn, case) if self.run is not None else fn(*case.args, **case.kwargs)
+
+
+_RUN_SEED = 0
+
+
+def _seed_every_generator():
+    """Every generator a learner may draw from without naming one, seeded with _RUN_SEED."""
+    torch.default_generator.manual_seed(_RUN_SEED)  # not torch.manual_seed: CUDA's lazy seeding costs ms
+    random.seed(_RUN_SEED)
+    np.random.seed(_RUN_SEED)
+
+
+@contextlib.contextmanager
+def random_state_kept():
+    """The caller's random states (torch's global generator, Python's `random`, NumPy's) as they
+    were before the block: the runs in it seed them (`_call`), and a notebook's seeded cells must
+    draw the same numbers whether a check ran in between or not."""
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(states[0])
+        random.setstate(states[1])
+        np.random.set_state(states[2])
 
 
 @dataclass
@@ -704,12 +738,13 @@ def check(name: str, fn, cases: list[Case] | None = None) -> CheckResult:
 
     `cases`: other cases to judge on than the exercise's own (tests use many random ones).
     """
-    threads, random_state = torch.get_num_threads(), torch.get_rng_state()
+    threads = torch.get_num_threads()
     try:
         # The cases are tiny: extra threads only cost time, and a lot of it on a busy CPU.
         torch.set_num_threads(1)
         # A PASS of an answer that calls the reference (or PyTorch's own version) becomes a FAIL.
-        result = provenance.vetted(name, fn, lambda answer: _check(name, answer, cases))
+        with random_state_kept():
+            result = provenance.vetted(name, fn, lambda answer: _check(name, answer, cases))
         if cases is None:  # a learner's call, not a test judging on cases of its own
             tracker.record(result, fn)  # never raises
         return result
@@ -720,7 +755,6 @@ def check(name: str, fn, cases: list[Case] | None = None) -> CheckResult:
                            "please report it to the course maintainers.")
     finally:
         torch.set_num_threads(threads)
-        torch.set_rng_state(random_state)  # the notebook's random numbers go on as if unchecked
 
 
 def _check(name: str, fn, cases: list[Case] | None) -> CheckResult:
@@ -824,8 +858,9 @@ def behaves_like_reference(name: str, fn, cases: list[Case]) -> bool:
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        return all(_compare(_cached_reference_outcome(exercise, case), _run_safely(exercise, fn, case),
-                            exercise) is None for case in cases)
+        with random_state_kept():
+            return all(_compare(_cached_reference_outcome(exercise, case), _run_safely(exercise, fn, case),
+                                exercise) is None for case in cases)
     finally:
         torch.set_num_threads(threads)
 

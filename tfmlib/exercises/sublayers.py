@@ -207,9 +207,6 @@ def _what_it_returns(x: torch.Tensor, y) -> str:
     return _LIKE_X
 
 
-_FACTS_SEED = 76
-
-
 def _dropout_facts(fn, case: Case):
     """Run the learner's dropout and describe its output by facts that do not depend on the RNG.
 
@@ -218,11 +215,10 @@ def _dropout_facts(fn, case: Case):
     """
     x, p, training = case.args
     original = x.clone()
-    # The same draws for the answer and for each catalogued mistake (check restores the caller's
-    # random state after): a mistake made the same way then shows the same facts, whatever ran
-    # before. Unseeded, a (D,) mask at p = 0.00123 dropped one entry or none by luck, and the
-    # mistake was named or not by the order of the calls.
-    torch.manual_seed(_FACTS_SEED)
+    # The engine starts every run from one random state (core._call): the answer and each
+    # catalogued mistake draw the same numbers, and a mistake made the same way shows the same
+    # facts whatever ran before. Unseeded, a (D,) mask at p = 0.00123 dropped one entry or none
+    # by luck, and the mistake was named or not by the order of the calls.
     y = fn(x, p, training)
     if y is None:
         return None  # the engine asks whether a `return` is missing

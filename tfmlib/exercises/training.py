@@ -8,11 +8,10 @@ How each check calls the learner's function:
 tgt is <bos> answer <eos>, right-padded, as tfmlib.training.make_batch makes it.
 The forward check runs a tiny model whose config has dropout_p > 0, in evaluation
 (training=False) and in training (training=True). Dropout draws its masks from torch's
-global random generator, so the check seeds it the same way before the reference's call
-and before the learner's (and puts its state back afterwards): an answer built from
-encode_source and decode_target (or from tfmlib's encoder and decoder) draws the same
-masks, and its logits can be compared number for number. The logits feed training, so
-the gradient reaching every weight must match the reference's too.
+global random generator, which the engine seeds the same way before every run (core._call):
+an answer built from encode_source and decode_target (or from tfmlib's encoder and decoder)
+draws the same masks as the reference, and its logits can be compared number for number.
+The logits feed training, so the gradient reaching every weight must match the reference's too.
 """
 from __future__ import annotations
 
@@ -91,7 +90,6 @@ register(Exercise(
 # ---- forward ----------------------------------------------------------------------------------
 
 _CONFIG = ModelConfig(d_model=16, num_heads=2, d_ff=24, num_layers=1, max_len=16, dropout_p=0.3)
-_SEED = 1010  # torch's global generator is seeded with it before every call
 
 
 def _model(config: ModelConfig, g: torch.Generator) -> dict:
@@ -115,14 +113,6 @@ def _forward_cases() -> list[Case]:
         cases.append(Case(f"{label}, {count} sequences",
                           (params, src, shift_right(tgt)[0], _CONFIG, training)))
     return cases
-
-
-def _forward_run(fn, case: Case):
-    """fn's logits, with torch's global generator seeded first (dropout draws from it) and
-    put back as it was afterwards."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(_SEED)
-        return fn(*case.args, **case.kwargs)
 
 
 def _forward_variant(encoder_training="argument", decoder_training="argument", pass_src_mask=True,
@@ -150,7 +140,6 @@ register(Exercise(
     contract=Contract(axes={"B": {"src": (0,), "tgt_in": (0,)}, "Lt": {"tgt_in": (1,)}}),
     reference=forward,
     make_cases=_forward_cases,
-    run=_forward_run,
     gradients=True,
     mistakes=[
         Mistake("dropout left on at evaluation",

@@ -442,6 +442,41 @@ def test_training_figures(tiny_model):
     assert tr_viz.tokens(torch.tensor([1, 4, 2])) == ["<bos>", "0", "<eos>"]
 
 
+@pytest.fixture(scope="module")
+def notebook_10_model():
+    """Notebook 10's model (4 heads, up to 32 tokens), untrained: the figures' shapes are its."""
+    config = ModelConfig()
+    return init_model(config, torch.Generator().manual_seed(0)), config
+
+
+@pytest.mark.parametrize("digits", [10, 12, 16])
+def test_cross_attention_of_a_long_input_keeps_classroom_tiles(notebook_10_model, digits):
+    """Notebook 10's digit task: five panels in one row gave 10 digits tiles of 13 px, 12
+    digits 11 px, under the classroom's minimum. The panels wrap onto more rows, the figure
+    grows taller, and every head and the mean are still drawn."""
+    params, config = notebook_10_model
+    text = " ".join(str(i % 10) for i in range(digits))
+    fig = tr_viz.plot_cross_attention(params, config, text)
+    assert classroom_problems(fig) == [], f"{digits} digits"
+    assert_readable(fig, f"{digits} digits")
+    maps = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_title() for ax in maps] == [f"head {h}" for h in range(config.num_heads)] + ["mean of heads"]
+    assert all(ax.images[0].get_array().shape[1] == digits for ax in maps)
+    matplotlib.pyplot.close(fig)
+
+
+def test_cross_attention_of_a_short_input_stays_one_row(notebook_10_model):
+    """Notebook 10's examples (3 to 8 digits, trained: each and <eos> written) keep one row of
+    panels at the figure's least height."""
+    params, config = notebook_10_model
+    fig = tr_viz.plot_cross_attention(params, config, "3 0 2 4 5 2")
+    maps = [ax for ax in fig.axes if ax.images]
+    assert len({round(ax.get_position().y1, 3) for ax in maps}) == 1
+    assert fig.get_figheight() == tr_viz.CROSS_HEIGHT_IN
+    assert classroom_problems(fig) == []
+    matplotlib.pyplot.close(fig)
+
+
 # ---- notebook 10's experiments lab --------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -196,6 +196,9 @@ def test_explorer_follows_the_widget_pattern(build):
     assert Image.open(io.BytesIO(before)).size == (width, height)
     explorer.update(**change)
     after = explorer.png()
+    # A frame may change its size (08's canvas follows the layers shown): the Image follows it.
+    width, height = explorer.frames.size
+    assert (int(explorer.picture.width), int(explorer.picture.height)) == (width, height)
     assert after != before and Image.open(io.BytesIO(after)).size == (width, height)
     assert math.isfinite(explorer.last_redraw_ms) and explorer.last_redraw_ms > 0
     # The static picture after a widget (for viewers without widgets) is the frame on screen.

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 
 pytest.importorskip("ipywidgets")
 
-from tfmlib import (add_positional_encoding, build_vocab, embed, encode_batch,  # noqa: E402
+from tfmlib import (add_positional_encoding, build_vocab, causal_mask, embed, encode_batch,  # noqa: E402
                     init_decoder_layer_params, init_encoder_layer_params, padding_mask,
                     sinusoidal_positional_encoding, target_mask)
 from tfmlib.training import VOCAB, ModelConfig, init_model, train  # noqa: E402
@@ -28,7 +28,7 @@ from tfmlib.viz import adam as adam_viz  # noqa: E402
 from tfmlib.viz import encoder_decoder as ed_viz  # noqa: E402
 from tfmlib.viz import style  # noqa: E402
 from tfmlib.viz import training as tr_viz  # noqa: E402
-from tfmlib.viz.lint import assert_readable, lint_figure  # noqa: E402
+from tfmlib.viz.lint import assert_readable, classroom_problems, lint_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,15 +122,76 @@ def test_stack_widget_is_readable_in_every_state(stack):
                                             f"stack widget {layers}, {heads}, {kind}, {sample}")
 
 
-def test_stack_widget_one_head_fills_the_frame(stack):
-    """The old bug: with 1 head the tiles hugged the colour bar and two thirds stayed empty."""
+def _map_extent_px(ax) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1) of the map's cells on the canvas, in pixels."""
+    x0, x1, y0, y1 = ax.images[0].get_extent()
+    (px0, py0), (px1, py1) = ax.transData.transform([(x0, y0), (x1, y1)])
+    return min(px0, px1), min(py0, py1), max(px0, px1), max(py0, py1)
+
+
+def _lowest_drawn_px(fig) -> float:
+    """Pixels from the canvas' bottom to the lowest text or axes drawn."""
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in texts] + [ax.get_window_extent(renderer)
+                                                              for ax in fig.axes]
+    return min(box.y0 for box in boxes)
+
+
+def test_stack_widget_canvas_follows_the_layers_shown(stack):
+    """The old fault: the canvas kept the height of three layers, so fewer layers left its
+    bottom empty. On a stack whose target is its source (same length, same tokens), every
+    setting of the sentence with the longest token ends just under the keys' axis name, and
+    one more layer adds one layer of tiles."""
+    tokens_x = ed_viz.StackAttention(
+        stack.x, stack.src_mask, stack.x, stack.src_mask & causal_mask(stack.x.size(1)),
+        stack.encoder_layers, stack.decoder_layers, stack.sample_names, stack.src_tokens,
+        stack.src_tokens)
+    explorer = ed_viz.StackAttentionExplorer(tokens_x)
+    heights, cells = [], []
+    for layers in (1, 2, 3):
+        for heads in (1, 4):
+            for kind in ed_viz.KINDS:
+                explorer.update(layers=layers, heads=heads, kind=kind, sample=2)   # "attention"
+                where = f"{layers} layer(s), {heads} head(s), {kind}"
+                assert _lowest_drawn_px(explorer.fig) <= 10, where       # no empty band below
+                x0, y0, x1, y1 = _map_extent_px(explorer.view.ax)
+                title = explorer.view.title.get_window_extent(explorer.fig.canvas.get_renderer())
+                assert 0 < title.y0 - y1 <= 40, where                   # right under the title
+                cells.append((y1 - y0) / explorer.image.get_array().shape[0])
+        heights.append(explorer.frames.size[1])
+    one_layer = (tokens_x.x.size(1) + 1) * np.mean(cells)                # its rows and the gap
+    np.testing.assert_allclose(np.diff(heights), one_layer, atol=1.5)
+    np.testing.assert_allclose(cells, cells[0], atol=0.05)               # one cell size throughout
+
+
+def test_stack_widget_colour_bar_spans_the_map_and_tiles_meet_the_classroom_minimum(stack):
+    """The colour bar is as tall as the map in every setting (it reached below a two-layer
+    map), and the tiles of every setting, three layers included, are of the classroom size."""
     explorer = ed_viz.StackAttentionExplorer(stack)
-    explorer.update(layers=1, heads=1)
-    explorer.view.ax.apply_aspect()
-    box = explorer.view.ax.get_position()
-    assert box.width > 0.6 or box.height >= 0.6            # square cells: it fills one direction
-    assert box.y1 > 0.8                                     # at the top, under the title
-    assert explorer.view.title.get_window_extent().y1 <= explorer.fig.bbox.height
+    for layers in (1, 2, 3):
+        for heads in (1, 2, 4):
+            for kind in ed_viz.KINDS:
+                explorer.update(layers=layers, heads=heads, kind=kind)
+                where = f"{layers} layer(s), {heads} head(s), {kind}"
+                _, y0, _, y1 = _map_extent_px(explorer.view.ax)
+                (bar,) = [ax.get_window_extent() for ax in explorer.fig.axes if hasattr(ax, "_colorbar")]
+                np.testing.assert_allclose((bar.y0, bar.y1), (y0, y1), atol=1.0, err_msg=where)
+                assert classroom_problems(explorer.fig) == [], where
+
+
+def test_stack_widget_frames_reuse_a_renderer_per_canvas_size(stack):
+    """Changing the layers changes the canvas' size; going back to a size seen before must
+    reuse its renderer, whose text metrics and text cache are warm (a new renderer lays out
+    every label again: 08's layer changes took twice as long)."""
+    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer.update(layers=1)
+    first = explorer.frames.canvas.get_renderer()
+    explorer.update(layers=3)
+    assert explorer.frames.canvas.get_renderer() is not first
+    explorer.update(layers=1)
+    assert explorer.frames.canvas.get_renderer() is first
+    assert explorer.frames.canvas.get_renderer()._text_cache      # labels drawn from the cache
 
 
 def test_stack_widget_labels_tokens_and_greys_padded_keys(stack):
@@ -379,6 +440,41 @@ def test_training_figures(tiny_model):
         assert_readable(fig, fig.axes[0].get_title())
         matplotlib.pyplot.close(fig)
     assert tr_viz.tokens(torch.tensor([1, 4, 2])) == ["<bos>", "0", "<eos>"]
+
+
+@pytest.fixture(scope="module")
+def notebook_10_model():
+    """Notebook 10's model (4 heads, up to 32 tokens), untrained: the figures' shapes are its."""
+    config = ModelConfig()
+    return init_model(config, torch.Generator().manual_seed(0)), config
+
+
+@pytest.mark.parametrize("digits", [10, 12, 16])
+def test_cross_attention_of_a_long_input_keeps_classroom_tiles(notebook_10_model, digits):
+    """Notebook 10's digit task: five panels in one row gave 10 digits tiles of 13 px, 12
+    digits 11 px, under the classroom's minimum. The panels wrap onto more rows, the figure
+    grows taller, and every head and the mean are still drawn."""
+    params, config = notebook_10_model
+    text = " ".join(str(i % 10) for i in range(digits))
+    fig = tr_viz.plot_cross_attention(params, config, text)
+    assert classroom_problems(fig) == [], f"{digits} digits"
+    assert_readable(fig, f"{digits} digits")
+    maps = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_title() for ax in maps] == [f"head {h}" for h in range(config.num_heads)] + ["mean of heads"]
+    assert all(ax.images[0].get_array().shape[1] == digits for ax in maps)
+    matplotlib.pyplot.close(fig)
+
+
+def test_cross_attention_of_a_short_input_stays_one_row(notebook_10_model):
+    """Notebook 10's examples (3 to 8 digits, trained: each and <eos> written) keep one row of
+    panels at the figure's least height."""
+    params, config = notebook_10_model
+    fig = tr_viz.plot_cross_attention(params, config, "3 0 2 4 5 2")
+    maps = [ax for ax in fig.axes if ax.images]
+    assert len({round(ax.get_position().y1, 3) for ax in maps}) == 1
+    assert fig.get_figheight() == tr_viz.CROSS_HEIGHT_IN
+    assert classroom_problems(fig) == []
+    matplotlib.pyplot.close(fig)
 
 
 # ---- notebook 10's experiments lab --------------------------------------------------------------

@@ -12,6 +12,7 @@ import io
 import time
 
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from . import style
 from .style import DIVERGING_CMAP, DPI, SEQUENTIAL_CMAP, TICK_PT, new_figure, signed_limits, style_axes
@@ -71,7 +72,8 @@ class Frames:
     (tick labels, titles). So everything but the moving artists is drawn once into a cached
     background; a frame pastes that back and paints only the moving artists on
     top. The caller names the background's state with a key (e.g. the number of
-    heads, which sets the tick labels); a new key draws a new background. With no
+    heads, which sets the tick labels); a new key draws a new background. A figure whose
+    size changes between frames keys a background per size. With no
     moving artists every frame is a full draw. A figure that grows to the right can paste
     a second background right of a pixel column (`strip`): two backgrounds then serve
     every width.
@@ -80,8 +82,6 @@ class Frames:
     MAX_BACKGROUNDS = 8  # each is a full-size RGBA copy: keep only the latest few
 
     def __init__(self, fig, moving=(), dpi: float = DPI):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
         fig.set_dpi(dpi)
         self.fig, self.moving = fig, list(moving)
         self.axes = list(dict.fromkeys(a.axes for a in self.moving if a.axes is not None))
@@ -91,8 +91,24 @@ class Frames:
             self.moving += ax.spines.values()
         self.moving.sort(key=lambda artist: artist.get_zorder())
         self.canvas = FigureCanvasAgg(fig)  # renders off screen, pyplot or not
-        cache_text(self.canvas.get_renderer())   # each distinct text is rasterised once
+        self._renderers, self._text_caches = {}, {}
+        self.canvas.get_renderer = self._renderer   # what every draw of the canvas asks for
         self.backgrounds = {}
+
+    def _renderer(self):
+        """The canvas's Agg renderer for the figure's size now, with the text cache (each
+        distinct text is rasterised once). Agg makes a new renderer whenever the size changes,
+        and matplotlib caches text metrics per renderer: a figure whose size follows what it
+        shows (08's layers) keeps one renderer per size, so a size seen before lays out its
+        labels from the caches."""
+        key = (*self.canvas.get_width_height(physical=True), self.fig.dpi)
+        if key not in self._renderers:
+            renderer = FigureCanvasAgg.get_renderer(self.canvas)      # a new one, for this size
+            caches = self._text_caches.setdefault(self.fig.dpi, ({}, {}))
+            self._renderers[key] = cache_text(renderer, caches)
+        # FigureCanvasAgg reuses its `renderer` while `_lastKey` names the size it was made for.
+        self.canvas.renderer, self.canvas._lastKey = self._renderers[key], key
+        return self.canvas.renderer
 
     @property
     def size(self) -> tuple[int, int]:
@@ -208,8 +224,12 @@ class Explorer:
 
     def _show(self, start: float, background=None, strip=None) -> None:
         """Send the new frame; `start` is update()'s time.perf_counter() on entry (see
-        `Frames.png` for `background` and `strip`)."""
-        self.picture.value = self.frames.png(background, strip)
+        `Frames.png` for `background` and `strip`). A frame of a new size resizes the Image."""
+        frame = self.frames.png(background, strip)
+        width, height = self.frames.size
+        if (self.picture.width, self.picture.height) != (str(width), str(height)):
+            self.picture.width, self.picture.height = width, height
+        self.picture.value = frame
         self.last_redraw_ms = 1000 * (time.perf_counter() - start)
 
     def png(self) -> bytes:

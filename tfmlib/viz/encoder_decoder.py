@@ -5,7 +5,7 @@ stack and returns each layer's weights (from tfmlib's `stack_attention_weights`)
 `plot_stack_attention` draws them for a static figure, `StackAttentionExplorer` lets the
 learner change the number of layers, heads, the sentence and which attention to look at.
 Both draw through `StackPicture`: one image of tiles (a row per layer, a column per head),
-tokens on both axes, masked keys grey.
+tokens on both axes, masked keys grey, on a canvas as tall as the layers shown.
 """
 from __future__ import annotations
 
@@ -20,22 +20,23 @@ from matplotlib.colors import Normalize
 from ..encoder_decoder import encoder, stack_attention_weights
 from ..tokenization import EOS, PAD, invert_vocab
 from . import style
-from .common import Explorer, place_axis_names
-from .textcache import cache_text
+from .common import Explorer, _renderer, place_axis_names
 
 KINDS = {"encoder self-attention": "encoder",
          "decoder self-attention (causal)": "decoder_self",
          "decoder cross-attention": "decoder_cross"}
 HEAD_CHOICES = (1, 2, 4)   # 4 heads of 8 keys still leave room for a token under every column
-MAX_LAYERS = 3             # 3 layers of 8 queries still leave room for a token beside every row
-FIGSIZE = (style.COLUMN_IN, 5.8)
-# The axes' box in figure fractions, fixed for every setting: room on the left for the query
-# tokens, below for the key tokens, above for the title and head names, right for the
-# layer names and the colour bar. The default setting (2 layers x 4 heads, 17 rows x 35 columns
-# of cells) fills its width with cells of the classroom size (style.CLASSROOM_CELL_PX); 3 layers
-# of 8 rows fill its height with rows a token label still fits beside.
-AXES_BOX = (0.155, 0.245, 0.695, 0.608)
-COLOURBAR_BOX = (0.90, 0.245, 0.018, 0.608)
+MAX_LAYERS = 3             # 3 layers of tiles: a canvas 6.5 inches tall, a laptop's screen
+FIGSIZE = (style.COLUMN_IN, 5.8)   # until `StackPicture.fit` sets the height for the layers shown
+# The axes' box across the canvas, in figure fractions: room on the left for the query tokens,
+# right for the layer names and the colour bar. 4 heads of 8 keys (35 columns of cells) fill
+# its width with cells of the classroom size (style.CLASSROOM_CELL_PX). Its height is as many
+# cells as the layers shown have rows, under TOP_IN for the title and head names; below it, room
+# for the longest key token and the keys' axis name (`StackPicture`).
+AXES_X, AXES_WIDTH = 0.155, 0.695
+COLOURBAR_X, COLOURBAR_WIDTH = 0.90, 0.018
+TOP_IN = 0.85
+TITLE_TOP_IN = 0.03
 
 
 def token_rows(ids: torch.Tensor, vocab: dict) -> list[list[str]]:
@@ -129,41 +130,93 @@ def colours(canvas: np.ma.MaskedArray) -> np.ndarray:
 
 
 class StackPicture:
-    """The tiled maps on a fixed axes, with a pool of text labels moved for each setting.
+    """The tiled maps on an axes sized for them, with a pool of text labels moved for each setting.
 
     Tokens are plain texts, not tick labels: a redraw moves them (they change with every
-    control) without a new layout, and the axes box never moves, so one cached background
-    (the frame, the axis names, the colour bar) serves every setting.
+    control) without a new layout. The canvas is as tall as the layers shown need (`fit`),
+    and the axes box and the colour bar as tall as the map: one cached background (the
+    frame, the colour bar) serves every setting with the same number of rows of cells.
+    `stack` sets the room: its longest sequence and its tokens.
     """
 
-    def __init__(self, fig):
-        self.ax = fig.add_axes(AXES_BOX)
+    def __init__(self, fig, stack: StackAttention):
+        self.fig = fig
+        self.ax = fig.add_axes((AXES_X, 0.0, AXES_WIDTH, 1.0))
         # One RGBA image (`colours`): a second, masked image for the grey cells would double
         # the slowest step of a frame, resampling an image to the screen.
         self.image = self.ax.imshow(np.zeros((2, 2, 4)), interpolation="nearest", aspect="equal")
         self.ax.set_xticks([])
         self.ax.set_yticks([])
-        # Square cells: both axes are tokens. The box shrinks to fit the map (anchored at
-        # the top, under the title), so the axis names move with it, next to the tokens.
-        self.ax.set_anchor("N")
-        self.col_name = fig.text(0, 0, "columns: heads; inside a tile, " + style.KEY_LABEL,
-                                 fontsize=style.LABEL_PT, color=style.IDEA_COLOURS["key"])
-        self.row_name = fig.text(0, 0, "rows: layers; inside a tile, " + style.QUERY_LABEL,
-                                 fontsize=style.LABEL_PT, color=style.IDEA_COLOURS["query"])
+        # Square cells: both axes are tokens. A map narrower than the box (fewer heads) starts
+        # at its left, after the query tokens: the queries' axis name then stays in the left
+        # margin, clear of the title, and may run the canvas' height beside a one-layer map.
+        self.ax.set_anchor("NW")
+        # The axis names name a tile's axes, as on every attention map of the course; the
+        # layers and heads are named beside and above the tiles, and counted in the title.
+        self.col_name = fig.text(0, 0, style.KEY_LABEL, fontsize=style.LABEL_PT,
+                                 color=style.IDEA_COLOURS["key"])
+        self.row_name = fig.text(0, 0, style.QUERY_LABEL, fontsize=style.LABEL_PT,
+                                 color=style.IDEA_COLOURS["query"], rotation=90)
         scale = ScalarMappable(Normalize(0.0, 1.0), style.ATTENTION_CMAP)
-        bar = fig.colorbar(scale, cax=fig.add_axes(COLOURBAR_BOX), ticks=[0, 0.5, 1])
-        bar.set_label(style.ATTENTION_CBAR_LABEL, fontsize=style.LABEL_PT)
-        bar.ax.tick_params(labelsize=style.TICK_PT)
-        self.title = fig.text(0.5, 0.995, "", ha="center", va="top", fontsize=style.TITLE_PT)
-        longest = MAX_LAYERS * 8 + max(HEAD_CHOICES) * 8     # a label for every row and column
+        self.bar = fig.colorbar(scale, cax=fig.add_axes((COLOURBAR_X, 0.0, COLOURBAR_WIDTH, 1.0)),
+                                ticks=[0, 0.5, 1])
+        # On two lines: about as long as the bar beside a one-layer map.
+        self.bar.set_label(style.ATTENTION_CBAR_LABEL.replace(" (", "\n("), fontsize=style.LABEL_PT)
+        self.bar.ax.tick_params(labelsize=style.TICK_PT)
+        self.title = fig.text(0.5, 1.0, "", ha="center", va="top", fontsize=style.TITLE_PT)
+        length = max(stack.x.size(1), stack.y.size(1))
+        # A label for every row and column of the largest setting, and each layer's and head's name.
         text = dict(fontsize=style.TICK_PT, clip_on=False)
-        self.labels = [self.ax.text(0, 0, "", **text) for _ in range(longest + 16)]
+        self.labels = [self.ax.text(0, 0, "", **text)
+                       for _ in range((MAX_LAYERS + max(HEAD_CHOICES)) * (length + 1))]
         self.moving = [self.image, self.title, *self.labels, self.row_name, self.col_name]
+        self.length = length
+        self.cell_in = AXES_WIDTH * fig.get_figwidth() / (max(HEAD_CHOICES) * (length + 1) - 1)
+        self.bottom_in, self.min_height_in = self._room(stack)
+
+    def _room(self, stack: StackAttention) -> tuple[float, float]:
+        """(inches below a map, the canvas' least height). Below: the key tokens (the longest
+        of the stack, turned), the keys' axis name under them, and a margin. The least height:
+        the longest of the queries' axis names, turned, 4 px from either edge."""
+        renderer = _renderer(self.fig)
+        probe = self.labels[0]
+        longest = 0.0
+        for token in {token for rows in (*stack.src_tokens, *stack.tgt_tokens) for token in rows}:
+            probe.set(text=token, rotation=90)
+            longest = max(longest, probe.get_window_extent(renderer).height)
+        probe.set(text="", rotation=0)
+        name = self.col_name.get_window_extent(renderer).height
+        row_names = []
+        for query_name in (style.QUERY_LABEL, style.WRITTEN_QUERY_LABEL):
+            self.row_name.set_text(query_name)
+            row_names.append(self.row_name.get_window_extent(renderer).height)
+        dpi = self.fig.dpi
+        # Key tokens hang from 0.2 cell under the map (`draw`), the name 4 px under them
+        # (`place_axis_names`), and 6 px to spare.
+        return 0.2 * self.cell_in + (longest + 4 + name + 6) / dpi, (max(row_names) + 8) / dpi
+
+    def fit(self, layers: int, rows: int) -> tuple[int, int]:
+        """Size the canvas for `layers` layers of the stack's longest sequence, and the axes
+        box and the colour bar for a map of `rows` rows of cells, under the title; returns the
+        key of the background (the still parts: the colour bar and the axes' frame)."""
+        height = max(TOP_IN + (layers * (self.length + 1) - 1) * self.cell_in + self.bottom_in,
+                     self.min_height_in)
+        if abs(self.fig.get_figheight() - height) * self.fig.dpi > 0.5:
+            self.fig.set_size_inches(self.fig.get_figwidth(), height, forward=False)
+        height = self.fig.get_figheight()
+        box_height = rows * self.cell_in / height
+        bottom = 1 - TOP_IN / height - box_height
+        self.ax.set_position((AXES_X, bottom, AXES_WIDTH, box_height))
+        self.bar.ax.set_position((COLOURBAR_X, bottom, COLOURBAR_WIDTH, box_height))
+        self.title.set_y(1 - TITLE_TOP_IN / height)
+        return layers, rows
 
     def draw(self, canvas: np.ma.MaskedArray, layers: int, heads: int, queries, keys,
-             title: str, query_name: str = style.QUERY_LABEL) -> None:
+             title: str, query_name: str = style.QUERY_LABEL) -> tuple[int, int]:
+        """Show the tiles `canvas` (`tile`); returns the background's key (`fit`)."""
         rows, cols = canvas.shape
-        self.row_name.set_text("rows: layers; inside a tile, " + query_name)
+        background = self.fit(layers, rows)
+        self.row_name.set_text(query_name)
         extent = (-0.5, cols - 0.5, rows - 0.5, -0.5)
         self.image.set_data(colours(canvas))
         self.image.set_extent(extent)
@@ -189,6 +242,7 @@ class StackPicture:
                         and place[4] == "right"]
         key_labels = [label for label, place in zip(self.labels, places) if place[3] == 90]
         place_axis_names(self.ax, query_labels, key_labels, self.row_name, self.col_name)
+        return background
 
 
 def _title(kind_label: str, sample_name: str, layers: int, heads: int, lq: int, lk: int) -> str:
@@ -196,22 +250,23 @@ def _title(kind_label: str, sample_name: str, layers: int, heads: int, lq: int, 
             f"'{sample_name}'\n{layers} layer(s) x {heads} head(s); each tile {lq} queries x {lk} keys")
 
 
-def _setting_picture(stack, picture, layers, heads, kind_label, sample, maps) -> None:
+def _setting_picture(stack, picture, layers, heads, kind_label, sample, maps) -> tuple[int, int]:
     kind = KINDS[kind_label]
     queries, keys = stack.tokens(kind, sample)
     canvas = tile(maps, sample, stack.blocked(kind, sample))
-    picture.draw(canvas, layers, heads, queries, keys,
-                 _title(kind_label, stack.sample_names[sample], layers, heads, len(queries), len(keys)),
-                 style.QUERY_LABEL if kind == "encoder" else style.WRITTEN_QUERY_LABEL)
+    return picture.draw(canvas, layers, heads, queries, keys,
+                        _title(kind_label, stack.sample_names[sample], layers, heads, len(queries),
+                               len(keys)),
+                        style.QUERY_LABEL if kind == "encoder" else style.WRITTEN_QUERY_LABEL)
 
 
 def plot_stack_attention(stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
                          kind: str = "encoder self-attention", sample: int = 0):
     """A static figure of the tiled attention maps (for readers without widget JavaScript)."""
     fig, _ = style.new_figure(FIGSIZE[1], FIGSIZE[0])
-    fig.set_layout_engine("none")          # the labels' room is fixed in AXES_BOX
+    fig.set_layout_engine("none")          # StackPicture places the axes and the labels' room
     fig.delaxes(fig.axes[0])
-    picture = StackPicture(fig)
+    picture = StackPicture(fig, stack)
     _setting_picture(stack, picture, num_layers, num_heads, kind, sample,
                      stack.maps(num_layers, num_heads, KINDS[kind]))
     return style.for_projection(fig)
@@ -222,7 +277,8 @@ class StackAttentionExplorer(Explorer):
 
     `update(layers=..., heads=..., kind=..., sample=...)` redraws (see `Explorer`);
     `image` is the imshow artist. Every setting's maps are computed when the explorer is
-    built (27 small stack runs), so a click only moves artists.
+    built (27 small stack runs), so a click only moves artists. The frame is as tall as the
+    layers shown; its background is drawn on the first visit of each map height and kept.
     """
 
     def __init__(self, stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
@@ -242,14 +298,15 @@ class StackAttentionExplorer(Explorer):
                                        layout=widgets.Layout(width="330px"))
         self.all_maps = {(n, h, k): stack.maps(n, h, k) for n in range(1, self.layers.max + 1)
                          for h in HEAD_CHOICES for k in KINDS.values()}
-        fig = Figure(figsize=FIGSIZE)  # outside pyplot: the inline backend never shows it
-        self.view = StackPicture(fig)
+        # Outside pyplot: the inline backend never shows it. At the course's dpi: StackPicture
+        # measures its labels' room on it.
+        fig = Figure(figsize=FIGSIZE, dpi=style.DPI)
+        self.view = StackPicture(fig, stack)
         self.image = self.view.image
         controls = [self.layers, self.heads, self.kind, self.sample]
-        # The axes never move: one background for all settings; the maps and labels move.
+        # The maps and labels move; the axes box and colour bar only with the map's height.
         self._build(fig, self.view.moving, controls,
                     [widgets.HBox(controls[:2]), widgets.HBox(controls[2:])])
-        cache_text(self.frames.canvas.get_renderer())
         # Rasterise every label once now (each sentence's tokens, at the widest setting),
         # so that no click pays for drawing a text for the first time.
         for kind_label in KINDS:
@@ -264,9 +321,9 @@ class StackAttentionExplorer(Explorer):
                            (self.sample, sample))
         n, h, kind_label, s = (self.layers.value, self.heads.value, self.kind.value,
                                self.sample.value)
-        _setting_picture(self.stack, self.view, n, h, kind_label, s,
-                         self.all_maps[n, h, KINDS[kind_label]])
-        self._show(start, background="all settings")
+        background = _setting_picture(self.stack, self.view, n, h, kind_label, s,
+                                      self.all_maps[n, h, KINDS[kind_label]])
+        self._show(start, background)
 
 
 def stack_attention_widget(stack: StackAttention, **defaults) -> StackAttentionExplorer:

@@ -16,11 +16,15 @@ import numpy as np
 from matplotlib.backends.backend_agg import RendererAgg
 
 
-def cache_text(renderer: RendererAgg) -> RendererAgg:
-    """Give `renderer` (a canvas's Agg renderer) a text cache; returns it."""
+def cache_text(renderer: RendererAgg, caches: tuple[dict, dict] | None = None) -> RendererAgg:
+    """Give `renderer` (a canvas's Agg renderer) a text cache; returns it.
+
+    caches: (bitmaps, font metrics) shared with other renderers of the same dpi (a widget's
+    canvas at another size, `common.Frames`); None starts empty ones.
+    """
     if getattr(renderer, "_text_cache", None) is not None:
         return renderer
-    renderer._text_cache = {}
+    renderer._text_cache, metrics = caches if caches is not None else ({}, {})
     draw_uncached = renderer.draw_text
 
     def draw_text(gc, x, y, s, prop, angle, ismath=False, mtext=None):
@@ -39,8 +43,6 @@ def cache_text(renderer: RendererAgg) -> RendererAgg:
     renderer.draw_text = draw_text
     # Text layout asks for the font's line metrics on every draw (matplotlib reads them from
     # the font file's tables each time); they depend on the font only.
-    metrics = {}
-
     def font_height_metrics(prop):
         key = hash(prop)
         if key not in metrics:

@@ -84,21 +84,76 @@ QUERY_LABEL = style.WRITTEN_QUERY_LABEL
 KEY_LABEL = "key: the source digit looked at"
 
 
+CROSS_HEIGHT_IN = 3.0      # a row of panels, at least; taller where the tiles need it
+TITLE_CHARS = 80           # a suptitle longer than this (11 pt) goes on two lines
+
+
 def plot_cross_attention(params: dict, config, text: str):
-    """One heatmap per head of the last decoder layer's cross-attention, and their mean."""
+    """One heatmap per head of the last decoder layer's cross-attention, and their mean.
+
+    The panels stand in one row while their tiles are of the classroom size
+    (`style.CLASSROOM_CELL_PX`); a longer input wraps them onto more rows, and the figure is
+    as tall as tiles of that size need (`CROSS_HEIGHT_IN` at least).
+    """
+    import matplotlib.pyplot as plt
+
     source, output, cross = predict_with_attention(params, config, text)
     heads = cross.size(0)
-    fig, axes = style.new_figure(3.0, style.COLUMN_IN, 1, heads + 1, sharey=True)
     panels = [(f"head {h}", cross[h]) for h in range(heads)] + [("mean of heads", cross.mean(0))]
+    per_row = len(panels)
+    while True:
+        fig, axes = _cross_attention_panels(panels, source, output, per_row)
+        fig.draw_without_rendering()                    # constrained layout places the panels
+        cell = _slot_inches(axes, "width") / len(source) * style.DPI
+        if cell >= style.CLASSROOM_CELL_PX or per_row == 1:
+            break
+        plt.close(fig)
+        per_row = max(1, min(per_row - 1, int(per_row * cell / style.CLASSROOM_CELL_PX)))
+    _fit_height(fig, axes, len(output), -(-len(panels) // per_row))
+    return style.for_projection(fig)
+
+
+def _cross_attention_panels(panels, source, output, per_row: int):
+    """The figure of `plot_cross_attention`, `per_row` panels a row; -> (fig, the panels' axes)."""
+    rows = -(-len(panels) // per_row)
+    fig, grid = style.new_figure(CROSS_HEIGHT_IN * rows, style.COLUMN_IN, rows, per_row, sharey=True)
+    axes = list(np.ravel(np.array(grid, dtype=object)))
+    for spare in axes[len(panels):]:                   # the last row's empty places
+        spare.remove()
+    axes = axes[:len(panels)]
     for i, (ax, (name, weights)) in enumerate(zip(axes, panels)):
         image = style.attention_heatmap(ax, weights, output, source, title_text=name,
                                         colorbar_=False, xlabel="source digit (key)",
-                                        ylabel=QUERY_LABEL if i == 0 else "", aspect="equal")
+                                        ylabel=QUERY_LABEL if i % per_row == 0 else "", aspect="equal")
         ax.tick_params(axis="x", rotation=0)
-    style.colorbar(fig, image, list(axes), style.ATTENTION_CBAR_LABEL.split(" (")[0],
+    style.colorbar(fig, image, axes, style.ATTENTION_CBAR_LABEL.split(" (")[0],
                    ticks=[0, 0.5, 1], fraction=0.03, pad=0.02)
-    fig.suptitle(f"last decoder layer's cross-attention, input '{' '.join(source)}'")
-    return style.for_projection(fig)
+    title = f"last decoder layer's cross-attention, input '{' '.join(source)}'"
+    fig.suptitle(title if len(title) <= TITLE_CHARS else title.replace(", input", ",\ninput"))
+    return fig, axes
+
+
+def _slot_inches(axes, side: str) -> float:
+    """The narrowest (side="width") or shortest ("height") place that the layout gives a panel,
+    in inches, before square cells shrink it to fit the map."""
+    fig = axes[0].figure
+    size = fig.get_figwidth() if side == "width" else fig.get_figheight()
+    return min(getattr(ax.get_position(original=True), side) for ax in axes) * size
+
+
+def _fit_height(fig, axes, map_rows: int, panel_rows: int) -> None:
+    """Set `fig`'s height to what `panel_rows` rows of panels, each with room for `map_rows`
+    rows of classroom tiles, need (`CROSS_HEIGHT_IN` at least). Constrained layout keeps the
+    margins as the height changes, so the first step lands on it; a second takes up what the
+    layout's rounding left."""
+    needed = map_rows * style.CLASSROOM_CELL_PX / style.DPI + 0.01
+    for _ in range(2):
+        height = fig.get_figheight()
+        fitted = max(CROSS_HEIGHT_IN, height + panel_rows * (needed - _slot_inches(axes, "height")))
+        if abs(fitted - height) * style.DPI < 0.5:
+            return
+        fig.set_size_inches(fig.get_figwidth(), fitted)
+        fig.draw_without_rendering()
 
 
 def _verdict(source: list[str], output: list[str]) -> tuple[str, bool]:

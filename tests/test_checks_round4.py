@@ -378,14 +378,37 @@ def dropout_on_a_percent_grid(x, p, training=True):
     return x * (torch.randint(0, 100, x.shape) >= 100 * p) / (1 - p)
 
 
-def dropout_bernoulli(x, p, training=True):
+def dropout_on_a_per_mille_grid(x, p, training=True):
+    if not training or p == 0:
+        return x
+    return x * (torch.randint(0, 1000, x.shape) >= 1000 * p) / (1 - p)
+
+
+def dropout_drawn_in_xs_dtype(x, p, training=True):
+    """torch.rand_like(x): in float16 and bfloat16 the uniforms are rounded."""
+    if not training or p == 0:
+        return x
+    return x * (torch.rand_like(x) >= p) / (1 - p)
+
+
+def dropout_bernoulli_in_xs_dtype(x, p, training=True):
+    """1 - p in float16 is 1.0 for p = 0.000123: nothing is ever dropped."""
     if not training or p == 0:
         return x
     return x * torch.bernoulli(torch.full_like(x, 1 - p)) / (1 - p)
 
 
+def dropout_bernoulli(x, p, training=True):
+    if not training or p == 0:
+        return x
+    return x * torch.bernoulli(torch.full(x.shape, 1 - p)).to(x.dtype) / (1 - p)
+
+
 @pytest.mark.parametrize("wrong, fact", [(dropout_exactly_round_p_n, "drops over many calls"),
-                                         (dropout_on_a_percent_grid, "fraction zeroed")])
+                                         (dropout_on_a_percent_grid, "fraction zeroed"),
+                                         (dropout_on_a_per_mille_grid, "fraction zeroed"),
+                                         (dropout_drawn_in_xs_dtype, "drawn in x's dtype"),
+                                         (dropout_bernoulli_in_xs_dtype, "returns x unchanged")])
 def test_dropout_with_the_right_mean_and_the_wrong_law_fails(wrong, fact):
     result = check("dropout", wrong)
     assert not result and fact in str(result), str(result)

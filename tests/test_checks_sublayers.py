@@ -125,7 +125,7 @@ def dropout_on_a_copy(x, p, training=True):
     if not training:
         return x
     y = x.clone()
-    y[torch.rand_like(y) < p] = 0.0
+    y[torch.rand(y.shape) < p] = 0.0
     y /= 1 - p
     return y
 

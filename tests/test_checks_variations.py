@@ -243,7 +243,7 @@ def linear_with_view(x, weight, bias=None):
 def dropout_off_by_default(x, p, training=False):
     if not training or p == 0:
         return x
-    return x * (torch.rand_like(x) >= p) / (1 - p)
+    return x * (torch.rand(x.shape) >= p) / (1 - p)
 
 
 def forward_training_by_default(params, src, tgt_in, config, training=True):

@@ -113,14 +113,14 @@ def dropout_f(x, p, training=True):
 def dropout_bernoulli(x, p, training=True):
     if not training or p == 0:
         return x
-    keep = torch.bernoulli(torch.full_like(x, 1 - p))
+    keep = torch.bernoulli(torch.full(x.shape, 1 - p)).to(x.dtype)  # in float32: 1 - 1e-4 is 1.0 in float16
     return x * keep / (1 - p)
 
 
 def dropout_where(x, p, training=True):
     if not training:
         return x
-    return torch.where(torch.rand_like(x) < p, torch.zeros_like(x), x / (1 - p))
+    return torch.where(torch.rand(x.shape) < p, torch.zeros_like(x), x / (1 - p))
 
 
 def layer_norm_f(x, gamma, beta, eps=1e-5):
@@ -365,7 +365,7 @@ def w_dropout_always(x, p, training=True):
 def w_dropout_no_scale(x, p, training=True):
     if not training:
         return x
-    return x * torch.bernoulli(torch.full_like(x, 1 - p))
+    return x * torch.bernoulli(torch.full(x.shape, 1 - p)).to(x.dtype)
 
 
 def w_layer_norm_unbiased(x, gamma, beta, eps=1e-5):

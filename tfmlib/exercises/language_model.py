@@ -56,14 +56,15 @@ def _block_mask(kind: str, lengths: list[int], length: int):
     return torch.ones(1, 1, length, length, dtype=torch.bool)
 
 
-def _block_case(label, g, batch, length, d_model, d_ff, heads, kind, lengths=None, scale=1.0, query_key_scale=1.0):
+def _block_case(label, g, batch, length, d_model, d_ff, heads, kind, lengths=None, scale=1.0, query_key_scale=1.0,
+                dtype=torch.float32):
     x = scale * torch.randn(batch, length, d_model, generator=g)
     mask = _block_mask(kind, lengths or [length] * batch, length)
     block = random_block(d_model, d_ff, g)
     for name in ("w_q", "b_q", "w_k", "b_k"):  # the scores grow as its square
         block["attention"][name] *= query_key_scale
     return Case(f"{label}: (B, L, D) = ({batch}, {length}, {d_model}), heads={heads}, mask: {kind}",
-                (x, block, heads), {} if mask is None else {"mask": mask})
+                _map_tensors((x, block, heads), lambda t: t.to(dtype)), {} if mask is None else {"mask": mask})
 
 
 def _decoder_block_cases() -> list[Case]:
@@ -78,8 +79,9 @@ def _decoder_block_cases() -> list[Case]:
             # padded case, over 50 ms here.
             _block_case("past 1024 tokens", g, 1, 1025, 4, 4, 1, "default (None)"),
             # scores far below -1e4 where a key is seen: a fill of -1e4 for the hidden ones shows
-            _block_case("scores of +-1e5 (large w_q, w_k)", g, 2, 6, 8, 8, 2, "causal & padding", [6, 2],
-                        query_key_scale=100.0),
+            # (float64: in float32 a score of 1e5 is off by 0.004, and a right answer's gradient by 2 %)
+            _block_case("float64, scores of +-1e5 (large w_q, w_k)", g, 2, 6, 8, 8, 2, "causal & padding", [6, 2],
+                        query_key_scale=100.0, dtype=torch.float64),
             # each token's variance far below LayerNorm's eps (1e-5): eps 1e-6 shows
             _block_case("a nearly constant x (x 1e-4)", g, 2, 5, 8, 12, 2, "default (None)", scale=1e-4)]
 

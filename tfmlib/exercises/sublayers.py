@@ -14,6 +14,7 @@ output divided by x).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -125,7 +126,12 @@ def _dropout_cases() -> list[Case]:
             Case("training, p = 0.5, 4-D like attention weights (2, 4, 30, 30)",
                  (_away_from_zero((2, 4, 30, 30), g), 0.5, True)),
             Case("training, p = 0.2, float16 x (3, 29, 71): the output keeps x's dtype",
-                 (_away_from_zero((3, 29, 71), g).half(), 0.2, True))]
+                 (_away_from_zero((3, 29, 71), g).half(), 0.2, True)),
+            # torch.rand in float16 or bfloat16 rounds: it falls under p = 0.000123 about 3 and 17
+            # times too often. About 123 drops in a million, not 360, 2000 or 1000 (a per-mille grid)
+            *[Case(f"training, p = 0.000123, {str(dtype)[6:]} x (1000, 1000): the mask drawn in float32",
+                   (_away_from_zero((1000, 1000), g).to(dtype), 0.000123, True))
+              for dtype in (torch.float16, torch.bfloat16)]]
 
 
 def _fraction_zeroed(dropped: torch.Tensor, p: float) -> str:
@@ -256,52 +262,65 @@ def _new_mask_each_call(fn, x: torch.Tensor, p: float, training: bool, dropped: 
         and not torch.equal(again.detach() == 0, dropped)
 
 
+def _uniforms(shape, x: torch.Tensor, in_x_dtype: bool) -> torch.Tensor:
+    """torch.rand(shape), or drawn in x's dtype as torch.rand_like(x) does (float16 and bfloat16
+    round the draws: every mistake is also named when made with rand_like)."""
+    return torch.rand(shape, dtype=x.dtype if in_x_dtype else torch.float32)
+
+
 def _dropout_variant(scale=lambda p: 1 / (1 - p), ignore_training=False, flipped=False,
                      mask_shape=lambda x: x.shape):
-    def variant(x, p, training=True):
+    def variant(x, p, training=True, in_x_dtype=False):
         if (not training and not ignore_training) or p == 0.0:
             return x
-        draw = torch.rand(mask_shape(x))
+        draw = _uniforms(mask_shape(x), x, in_x_dtype)
         keep = draw < p if flipped else draw >= p
         return x * keep * scale(p)
     return variant
 
 
-def _reseeding_dropout(x, p, training=True):
+def _reseeding_dropout(x, p, training=True, in_x_dtype=False):
     if not training or p == 0.0:
         return x
     torch.manual_seed(0)
-    return x * (torch.rand(x.shape) >= p) / (1 - p)
+    return x * (_uniforms(x.shape, x, in_x_dtype) >= p) / (1 - p)
 
 
 _MASKS: dict = {}  # the one mask per shape of _dropout_mask_kept_per_shape, drawn for the p of its first call
 
 
-def _dropout_mask_kept_per_shape(x, p, training=True):
+def _dropout_mask_kept_per_shape(x, p, training=True, in_x_dtype=False):
     if not training or p == 0.0:
         return x
-    return x * _MASKS.setdefault(x.shape, torch.rand(x.shape) >= p) / (1 - p)
+    return x * _MASKS.setdefault((x.shape, in_x_dtype), _uniforms(x.shape, x, in_x_dtype) >= p) / (1 - p)
 
 
-def _dropout_by_p(x, p, training=True):
+def _dropout_by_p(x, p, training=True, in_x_dtype=False):
     if not training:
         return x
-    keep = torch.rand(x.shape) >= p
+    keep = _uniforms(x.shape, x, in_x_dtype) >= p
     return x * keep / p
 
 
-def _dropout_scaled_at_evaluation(x, p, training=True):
+def _dropout_scaled_at_evaluation(x, p, training=True, in_x_dtype=False):
     """The 2014 dropout paper: survivors kept as they are, every weight times 1 - p at test time."""
     if not training:
         return x * (1 - p)
-    return x * (torch.rand(x.shape) >= p)
+    return x * (_uniforms(x.shape, x, in_x_dtype) >= p)
 
 
-def _dropout_in_place(x, p, training=True):
+def _dropout_in_place(x, p, training=True, in_x_dtype=False):
     if not training or p == 0.0:
         return x
-    keep = torch.rand(x.shape) >= p
+    keep = _uniforms(x.shape, x, in_x_dtype) >= p
     return x.mul_(keep).div_(1 - p)
+
+
+def _also_drawn_in_xs_dtype(mistake: Mistake) -> Mistake:
+    """The mistake also in the form that draws its mask with torch.rand_like(x)."""
+    return dataclasses.replace(mistake, also=mistake.also + tuple(
+        functools.partial(variant, in_x_dtype=True) for variant in mistake.variants
+        if not isinstance(variant, functools.partial)))
 
 
 register(Exercise(
@@ -311,7 +330,11 @@ register(Exercise(
     make_cases=_dropout_cases,
     run=_dropout_facts,
     float64_reference=False,  # float64 would change the random draws, not only their precision
-    mistakes=[
+    mistakes=[_also_drawn_in_xs_dtype(mistake) for mistake in [
+        Mistake("the mask drawn in x's dtype: float16 and bfloat16 round the uniforms",
+                "draw the uniforms in float32 whatever x's dtype, torch.rand(x.shape) >= p: "
+                "torch.rand_like(x) on a float16 or bfloat16 x rounds them, so a small p drops too often",
+                functools.partial(_dropout_variant(), in_x_dtype=True)),
         Mistake("scaled by the drop probability p instead of the keep probability",
                 "survivors are divided by the keep probability 1 - p, not by p: x * keep / (1 - p)",
                 _dropout_by_p),
@@ -328,7 +351,7 @@ register(Exercise(
                 "keep an entry when rand >= p (probability 1 - p); rand < p keeps only a fraction p",
                 _dropout_variant(flipped=True)),
         Mistake("one mask repeated along an axis",
-                "draw one random number per entry, torch.rand_like(x), not a mask of one axis such "
+                "draw one random number per entry, torch.rand(x.shape), not a mask of one axis such "
                 "as (D,) or (B, L, 1) that broadcasting repeats over the others",
                 _dropout_variant(mask_shape=lambda x: x.shape[-1:]),
                 also=(_dropout_variant(mask_shape=lambda x: (*x.shape[:-1], 1)),)),
@@ -345,7 +368,7 @@ register(Exercise(
                 "return a new tensor, x * keep / (1 - p): x.mul_(...), x *= ... or x[drop] = 0 "
                 "change the caller's activations, which autograd and the residual path still need",
                 _dropout_in_place),
-    ],
+    ]],
 ))
 
 

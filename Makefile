@@ -53,7 +53,10 @@ STAMP := $(VENV)/.requirements.stamp
 # Which torch build pip gets: auto (the CPU build where PyTorch's CPU index answers, else the
 # plain pin), cpu, or pypi (the plain pin: PyPI's CUDA build on Linux). See tools/pip_install.py.
 TORCH ?= auto
-PIP_INSTALL = $(1)/python tools/pip_install.py --torch $(TORCH) $(2)
+PIP_INSTALL = $(call stage,installs) $(1)/python tools/pip_install.py --torch $(TORCH) $(2)
+# `make test-timed` (benchmarks/test_time.sh) sets STAGE_TIME=1: each stage's command then prints
+# "STAGE name: wall W s; user U s; sys S s", its processes and their children counted.
+stage = $(if $(STAGE_TIME),/usr/bin/time -f 'STAGE $(1): wall %e s; user %U s; sys %S s')
 # The teachers' environment (make teacher): nbgrader and the course, apart from .venv.
 TEACHER_VENV ?= .venv-teacher
 TEACHER_BIN := $(abspath $(TEACHER_VENV))/bin
@@ -164,7 +167,7 @@ $(HUB_BIN)/python: | $(PY)
 	$(BASE_PYTHON) -m venv $(HUB_VENV)
 
 $(HUB_STAMP): hub/requirements.txt requirements-teacher.txt pyproject.toml | $(HUB_BIN)/python
-	$(HUB_BIN)/python -m pip install -r hub/requirements.txt
+	$(call stage,installs) $(HUB_BIN)/python -m pip install -r hub/requirements.txt
 	touch $@
 
 hub: $(HUB_STAMP)
@@ -189,9 +192,9 @@ course: install
 # tests and tests/browser/. The notebooks need --nbval, so they are a second call.
 test: install teacher site-install chromium
 	rm -rf $(RUN_CACHE)
-	env $(TEST_RUN_CACHE) $(PYTEST) $(UNIT_XDIST) $(DURATIONS)
-	env $(TEST_RUN_CACHE) $(SWEEP_STRICT) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(DURATIONS) $(NOTEBOOKS_DIR)/
-	env $(OTHER_CPU) $(SWEEP_STRICT) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(TRAINED_NOTEBOOKS)
+	$(call stage,unit + browser) env $(TEST_RUN_CACHE) $(PYTEST) $(UNIT_XDIST) $(DURATIONS)
+	$(call stage,notebooks) env $(TEST_RUN_CACHE) $(SWEEP_STRICT) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(DURATIONS) $(NOTEBOOKS_DIR)/
+	$(call stage,other CPU kernels) env $(OTHER_CPU) $(SWEEP_STRICT) $(PYTEST) $(NBVAL_FLAGS) $(NBVAL_XDIST) $(TRAINED_NOTEBOOKS)
 
 # `make test` from a fresh clone of this checkout's HEAD in a temporary folder, as CI runs it:
 # prints the total, each phase and the slowest tests, and records them in benchmarks/TEST_TIME.md.
@@ -260,7 +263,7 @@ nbgrader-course: teacher
 HUB_TEST_ENV := env TFMLIB_TEACHER_VENV="$(abspath $(TEACHER_VENV))" HUB_VENV="$(abspath $(HUB_VENV))"
 
 hub-test: hub teacher
-	$(HUB_TEST_ENV) $(HUB_BIN)/python -m pytest hub/tests -p no:cacheprovider --durations=5
+	$(call stage,hub) $(HUB_TEST_ENV) $(HUB_BIN)/python -m pytest hub/tests -p no:cacheprovider --durations=5
 
 hub-load: hub
 	$(HUB_TEST_ENV) $(HUB_BIN)/python hub/tests/load.py 5 10 20

@@ -6,7 +6,7 @@
 # Clones this checkout's REF (default HEAD: committed work only) into a temporary folder, runs
 # `CI=true bash .ci/run` there (chromium if missing, the installs of .venv and .venv-teacher,
 # the unit and browser tests, the notebooks), then prints and records in benchmarks/TEST_TIME.md:
-# the total wall-clock and CPU time, the load average before and after (other work on the machine
+# the total wall-clock and CPU time, the CPU time of each stage, the load average before and after (other work on the machine
 # inflates wall-clock, not CPU time), when each phase ended, and the slowest tests pytest listed.
 # The full log stays in the temporary folder, whose path is printed. Exits with .ci/run's status.
 set -uo pipefail
@@ -28,7 +28,11 @@ started="$(date -u '+%Y-%m-%d %H:%M UTC')"
 
 # Each line of the log is stamped with the seconds since the start, so the phases can be read off.
 SECONDS=0
-( cd "$WORK/course" && CI=true /usr/bin/time -f 'TIME wall %e s, user %U s, sys %S s' bash .ci/run ) 2>&1 \
+# STAGE_TIME: the Makefile times each stage (installs, unit + browser, notebooks, other CPU
+# kernels, hub); TFMLIB_STAGE_CPU: the test processes split unit from browser (tests/conftest.py).
+STAGE_CPU="$WORK/stage-cpu.jsonl"
+( cd "$WORK/course" && CI=true STAGE_TIME=1 TFMLIB_STAGE_CPU="$STAGE_CPU" \
+    /usr/bin/time -f 'TIME wall %e s, user %U s, sys %S s' bash .ci/run ) 2>&1 \
     | while IFS= read -r line; do printf '[%4d s] %s\n' "$SECONDS" "$line"; done > "$LOG"
 status=${PIPESTATUS[0]}
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -39,6 +43,28 @@ stamp_of() {  # the time stamp of the first log line matching $1, or "-"
 total="$(grep -m1 'TIME wall' "$LOG" | sed 's/^\[ *[0-9]* s\] TIME //')"
 phases="installs done (first pytest starts): $(stamp_of 'python -m pytest'); \
 unit + browser tests done: $(stamp_of '(passed|failed).* in [0-9.]+s'); end: ${SECONDS} s"
+# user + sys per stage, summed over its commands (the installs are several)
+stages="$(python3 - "$LOG" "$STAGE_CPU" <<'PY'
+import json, re, sys
+totals = {}
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    m = re.search(r"STAGE (.+?): wall ([0-9.]+) s; user ([0-9.]+) s; sys ([0-9.]+) s", line)
+    if m:
+        totals[m[1]] = totals.get(m[1], 0.0) + float(m[3]) + float(m[4])
+split = {"unit": 0.0, "browser": 0.0}
+try:
+    for line in open(sys.argv[2], encoding="utf-8"):
+        for key, value in json.loads(line).items():
+            split[key] += value
+except OSError:
+    pass
+parts = [f"{name} {seconds:.0f} s" + (f" (of which the browser tests {split['browser']:.0f} s, the others "
+                                       f"{split['unit']:.0f} s, as the test processes count)"
+                                       if name == "unit + browser" and any(split.values()) else "")
+         for name, seconds in totals.items()]
+print("; ".join(parts) if parts else "not recorded")
+PY
+)"
 slowest="$(grep -A 15 -E '=+ slowest [0-9]+ durations =+' "$LOG" | sed -E 's/^\[ *[0-9]+ s\] //' \
     | grep -E '^[0-9.]+s ' || true)"
 
@@ -48,6 +74,7 @@ report="## $started, commit $commit: $([ "$status" -eq 0 ] && echo passed || ech
 - total: $total
 - load average (1/5/15 min) before: $load_before, after: $load_after
 - $phases
+- CPU (user + sys) per stage: $stages
 
 Slowest tests (the first 15 of each pytest call's --durations):
 

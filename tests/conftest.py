@@ -4,7 +4,9 @@ The tests compare tfmlib with PyTorch's own implementations in float64 on small,
 awkward sizes (odd batch, Lq != Lk, d_v != d_k), so that a wrong axis or a wrong
 scale cannot hide behind a square shape or behind float32 rounding.
 """
+import json
 import os
+import resource
 import tempfile
 
 import pytest
@@ -62,6 +64,34 @@ def pytest_xdist_node_collection_finished(node, ids):
             pytest.exit(f"pytest-xdist did not put {nodeid} in its group {group!r} (--dist loadgroup): "
                         "this pytest and this pytest-xdist do not work together; keep the versions "
                         "that requirements.txt pins", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+# `make test-timed` sets TFMLIB_STAGE_CPU to a file: each process adds the CPU time (its own and its
+# reaped children's: kernels, Chromium, nbgrader) of the browser tests and of the others, so that the
+# report can split the one pytest call that runs both.
+_STAGE_CPU = {"unit": 0.0, "browser": 0.0}
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        stage = "browser" if "tests/browser/" in item.nodeid.replace(os.sep, "/") else "unit"
+        _STAGE_CPU[stage] += _cpu_seconds() - start
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get("TFMLIB_STAGE_CPU")
+    if path and any(_STAGE_CPU.values()):
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(json.dumps(_STAGE_CPU) + "\n")
 
 
 @pytest.fixture(params=DEVICES)

@@ -35,9 +35,11 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 # Files whose tests share one expensive module- or session-scoped fixture (a JupyterLab server
-# and Chromium; nbgrader's course and its autograded gradebook; the built website): under pytest-xdist's
-# `--dist loadgroup` (make test) each file's tests run on one worker, so it is built once.
+# and Chromium; nbgrader's autograded gradebook; the cold and warm gradings of the warm kernels; the
+# sandbox's round trip as Unix accounts; the built website): under pytest-xdist's `--dist loadgroup`
+# (make test) each file's tests run on one worker, so it is built once, not once per worker.
 ONE_WORKER_FILES = {"test_notebooks_in_browser.py": "browser", "test_nbgrader.py": "nbgrader",
+                    "test_warm_kernels.py": "warm_kernels", "test_grading_sandbox.py": "grading_sandbox",
                     "test_site.py": "site"}
 
 

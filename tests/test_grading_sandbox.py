@@ -31,7 +31,8 @@ import nbformat
 import pytest
 
 from benchmarks.autograde import TEACHER_BIN, grader_env
-from test_nbgrader import RIGHT, WRONG, answer_cells, learners_copy, make_course
+from nbgrader_course import FULL, course_copy
+from test_nbgrader import RIGHT, WRONG, answer_cells, learners_copy
 from test_warm_kernels import test_outputs
 from unix_accounts import as_student
 
@@ -94,7 +95,7 @@ def answered(home: Path, answers: dict[str, str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def term():
+def term(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.fail("this test switches to two other Unix accounts, which needs root: run it as root (CI does)")
     root = Path(tempfile.mkdtemp(prefix="grading-sandbox-"))
@@ -103,9 +104,8 @@ def term():
         exchange, course = root / "exchange", root / "course"
         exchange.mkdir()
         exchange.chmod(0o1777)  # the guide's `install -d -m 1777`
-        make_course.main(["--out", str(course), ASSIGNMENT])
-        for command in ("generate_assignment", "release_assignment"):
-            teacher(course, exchange, command, ASSIGNMENT)
+        course_copy(tmp_path_factory, root)  # 01 and 04 generated (nbgrader_course.py)
+        teacher(course, exchange, "release_assignment", ASSIGNMENT)
         homes = {}
         for name in STUDENTS:
             homes[name] = root / f"home-{name}"
@@ -158,8 +158,7 @@ with Gradebook("sqlite:///gradebook.db") as gradebook:
 def test_a_submission_under_another_students_name_is_refused_and_the_victims_own_is_graded(term):
     assert "Refused" in term["collect"] and "claims to be by nobody but the account daemon" in term["collect"], \
         term["collect"]
-    full = {"padding_mask": 1, "causal_mask": 1, "target_mask": 1}
-    assert scores(term["course"])["nobody"] == full  # the honest notebook, not the impostor's
+    assert scores(term["course"])["nobody"] == FULL[ASSIGNMENT]  # the honest notebook, not the impostor's
 
 
 def test_a_cell_cannot_reach_the_gradebook_or_the_course_and_leaves_no_process(term):

@@ -1,8 +1,8 @@
 """The nbgrader course of teacher/make_nbgrader_course.py, graded by the real nbgrader, offline.
 
-In a temporary folder: generate the course from notebooks 01 and 04, with the teacher's
-settings in nbgrader_config.py (target_mask worth 2 points; torch.tril forbidden in
-causal_mask), `nbgrader generate_assignment` both, check the releases (no solution, no
+In a copy of the course the grading tests share (tests/nbgrader_course.py, built once per run):
+notebooks 01 and 04, with the teacher's settings in nbgrader_config.py (target_mask worth 2
+points; torch.tril forbidden in target_mask), `nbgrader generate_assignment` of both. Check the releases (no solution, no
 `solution()`, visible locked test cells) and that `nbgrader validate` lists every exercise of a
 blank copy. Then the learners' copies of 04 (hana's through nbgrader's exchange: release_assignment,
 fetch_assignment, submit and collect, as learner "hana"), `nbgrader autograde`, the gradebook,
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import csv
 import html
-import importlib.util
 import io
 import json
 import os
@@ -41,17 +40,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from nbgrader_course import ASSIGNMENTS, FULL, build_commands, course_copy, make_course
+
 REPO = Path(__file__).resolve().parent.parent
 TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
-ASSIGNMENTS = ("01_shapes", "04_masks")
 GRADED = "04_masks"   # the assignment taken through the whole round trip
 STUB = "...  # your code here"
 CELL_TIMEOUT = 60  # seconds; the slowest cell of 04 takes under 2 s, but 20 s on a busy 2-core machine
-
-_spec = importlib.util.spec_from_file_location("make_nbgrader_course",
-                                               REPO / "teacher" / "make_nbgrader_course.py")
-make_course = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_course)
 
 # Learners' answers, as the body that replaces the stub line of each exercise.
 RIGHT = {
@@ -378,9 +373,6 @@ PASTED = """\
             )
         out.append(p if q == 1 else q)
     return tuple(out)"""
-POINTS = {"target_mask": 2}                       # the teacher's override; 1 point for the others
-FORBIDDEN_CALLS = {"target_mask": ["torch.tril"]}  # the teacher's addition to tfmlib's table
-FULL = {"01_shapes": {"broadcast_shape": 1}, "04_masks": {"padding_mask": 1, "causal_mask": 1, "target_mask": 2}}
 COMMANDS: list[str] = []                          # every nbgrader command these tests ran
 
 
@@ -415,14 +407,11 @@ def nbgrader(course: Path, *args: str, user: str = "teacher", cwd: Path | None =
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("nbgrader") / "course"
+    """A copy of the course of 01 and 04 with the teacher's settings (target_mask worth 2 points,
+    torch.tril forbidden in it), both generated (tests/nbgrader_course.py: built once per run)."""
+    root = course_copy(tmp_path_factory, tmp_path_factory.mktemp("nbgrader"))
     (root.parent / "exchange").mkdir()
-    root.mkdir()
-    (root / "nbgrader_config.py").write_text(make_course.CONFIG.replace(
-        "POINTS = {}", f"POINTS = {POINTS!r}").replace("FORBIDDEN_CALLS = {}", f"FORBIDDEN_CALLS = {FORBIDDEN_CALLS!r}"))
-    make_course.main(["--out", str(root), *ASSIGNMENTS])
-    for assignment in ASSIGNMENTS:
-        nbgrader(root, "generate_assignment", assignment)
+    COMMANDS.extend(build_commands(tmp_path_factory))
     return root
 
 

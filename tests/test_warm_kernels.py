@@ -13,7 +13,6 @@ processes: what the first does to torch, the second does not see. nbgrader runs 
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -25,15 +24,11 @@ import nbformat
 import pytest
 
 from benchmarks.autograde import TEACHER_BIN, grader_env
+from nbgrader_course import FULL, course_copy, make_course
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "04_masks"
 CELL_TIMEOUT = 30  # seconds; 04's slowest cell takes under 2 s (20 s on a busy 2-core machine)
-
-_spec = importlib.util.spec_from_file_location("make_nbgrader_course",
-                                               REPO / "teacher" / "make_nbgrader_course.py")
-make_course = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_course)
 
 GRADEBOOK = """
 import json
@@ -113,9 +108,7 @@ test_outputs.__test__ = False  # a helper, not a test
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict:
     """{"cold" | "warm": (scores, {student: test cell outputs}, nbgrader's log, processes left)}."""
-    course = tmp_path_factory.mktemp("warm") / "course"
-    make_course.main(["--out", str(course), ASSIGNMENT])
-    run(course, "generate_assignment", ASSIGNMENT)
+    course = course_copy(tmp_path_factory, tmp_path_factory.mktemp("warm"))  # 04 generated (nbgrader_course.py)
     submissions(course)
     results = {}
     for setup, options in (("cold", ["--WarmExecute.warm=False"]), ("warm", [])):
@@ -134,7 +127,7 @@ def test_the_warm_run_forked_every_kernel_and_the_cold_run_none(graded):
 
 
 def test_forked_kernels_give_the_same_points(graded):
-    full = {"padding_mask": 1, "causal_mask": 1, "target_mask": 1}
+    full = FULL[ASSIGNMENT]
     assert graded["cold"][0] == {"a_loops": {**full, "padding_mask": 0},
                                  "b_raises": dict.fromkeys(full, 0), "c_honest": full}
     assert graded["warm"][0] == graded["cold"][0]

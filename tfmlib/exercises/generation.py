@@ -126,11 +126,10 @@ def _exactly_k(logits, k):
     return logits.masked_fill(~keep, -INF)
 
 
-def _top_k_variant(compare="<", fill=-INF, largest=True, clamp=True, dim=-1):
+def _top_k_variant(compare="<", fill=-INF, largest=True, clamp=True):
     def variant(logits, k):
-        kept_count = min(k, logits.size(dim)) if clamp else k
-        kth = logits.topk(kept_count, dim=dim, largest=largest).values.narrow(
-            dim, kept_count - 1, 1)
+        kept_count = min(k, logits.size(-1)) if clamp else k
+        kth = logits.topk(kept_count, dim=-1, largest=largest).values.narrow(-1, kept_count - 1, 1)
         drop = logits <= kth if compare == "<=" else (logits > kth if not largest else logits < kth)
         return logits.masked_fill(drop, fill)
     return variant

@@ -17,12 +17,9 @@ How each check calls the learner's functions:
     warmup_inverse_sqrt_lr, warmup_cosine_lr: called once per step of a list of steps;
                judged: the float returned for each step (and the exception, if one is due)
 
-Only behaviour is judged: the values of the parameters after every step of small
-problems (fixed gradients, or gradients from loss.backward(); one parameter never
-gets a gradient, another misses one on some steps; float64 parameters; gradients as
-small as eps; several lr and betas), and the gradients, which the step must leave as
-it found them. Any layout of the state passes: a dict, a tuple (m, v, t), a class,
-moments keyed by id(p)...
+Only behaviour is judged: the parameters after every step of the small problems below, and
+the gradients, which the step must leave as it found them. Any layout of the state passes:
+a dict, a tuple (m, v, t), a class, moments keyed by id(p)...
 
 t counts optimizer steps, one number for all parameters (notebook 09): a parameter
 without a gradient on some step still sees t grow. torch.optim.Adam counts steps per
@@ -39,7 +36,7 @@ import torch
 
 from ..adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
                     warmup_inverse_sqrt_lr)
-from .core import Case, Contract, Exercise, Finding, Mistake, body_is_stub, register
+from .core import Case, Contract, Exercise, Finding, Mistake, _same_value, body_is_stub, register
 
 # ---- the problems the optimizer is run on -----------------------------------------------------
 
@@ -82,9 +79,8 @@ class _Problem:
     def without(self, dropped: set[int]) -> _Problem:
         """The same problem without the parameters numbered in `dropped`."""
         keep = [i for i in range(len(self.params)) if i not in dropped]
-        return _Problem(self.description, [self.params[i] for i in keep], self.lr, self.betas,
-                        self.steps, [[grads[i] for i in keep] for grads in self.grads], self.loss,
-                        self.weight_decay, self.eps, self.decay_given)
+        return dataclasses.replace(self, params=[self.params[i] for i in keep],
+                                   grads=[[grads[i] for i in keep] for grads in self.grads])
 
     def sometimes_without_gradient(self) -> set[int]:
         """The parameters whose .grad is None on at least one step."""
@@ -109,17 +105,15 @@ def _problems() -> list[_Problem]:
         _Problem("one parameter, one step", [r(4)], lr=0.01, steps=1, grads=[[r(4)]]),
     ]
     problems[2].loss = _Quadratic([(3,), (2, 2)], g)
-    problems.append(_Problem(
-        "the second parameter has no gradient on step 2 only", [r(3), r(2, 2)], lr=0.1, steps=3,
-        grads=[[r(3), r(2, 2)], [r(3), None], [r(3), r(2, 2)]]))
-    problems.append(_Problem(
-        "float64 parameters, gradients near 1e20 (float32 cannot hold their squares)",
-        [r(3).double(), r(2).double()], lr=0.1, steps=2,
-        grads=[[1e20 * r(3).double(), r(2).double()] for _ in range(2)]))
-    problems.append(_Problem(
-        "gradients near 1e-8, as small as eps: the denominator is half sqrt(v_hat), half eps",
-        [r(3)], lr=0.1, steps=2, grads=[[1e-8 * r(3)] for _ in range(2)]))
-    return problems
+    return problems + [
+        _Problem("the second parameter has no gradient on step 2 only", [r(3), r(2, 2)], lr=0.1, steps=3,
+                 grads=[[r(3), r(2, 2)], [r(3), None], [r(3), r(2, 2)]]),
+        _Problem("float64 parameters, gradients near 1e20 (float32 cannot hold their squares)",
+                 [r(3).double(), r(2).double()], lr=0.1, steps=2,
+                 grads=[[1e20 * r(3).double(), r(2).double()] for _ in range(2)]),
+        _Problem("gradients near 1e-8, as small as eps: the denominator is half sqrt(v_hat), half eps",
+                 [r(3)], lr=0.1, steps=2, grads=[[1e-8 * r(3)] for _ in range(2)]),
+    ]
 
 
 def _cases() -> list[Case]:
@@ -206,18 +200,11 @@ def _trajectory(problem: _Problem, init, step) -> list[list[torch.Tensor]]:
 def _require_same_gradients(params, given) -> None:
     """Raise GradientChangedError when the step left some p.grad other than it found it."""
     for i, (p, before) in enumerate(zip(params, given)):
-        after = p.grad
-        if before is None and after is None:
+        if _same_value(p.grad, before):  # NaN equal to NaN
             continue
-        if after is None:
-            how = "it was a tensor, your step set it to None"
-        elif before is None:
-            how = "it was None, your step put a tensor there"
-        elif after.shape != before.shape or after.dtype != before.dtype \
-                or not bool(((after == before) | after.isnan() & before.isnan()).all()):  # NaN = NaN
-            how = "your step changed its values"
-        else:
-            continue
+        how = ("it was a tensor, your step set it to None" if p.grad is None
+               else "it was None, your step put a tensor there" if before is None
+               else "your step changed its values")
         raise GradientChangedError(
             f"parameters[{i}].grad: {how}; an optimizer reads the gradients and leaves them "
             "as they were (torch.optim does too): the caller may still need them")
@@ -326,24 +313,15 @@ def _adam_step_variant(*, reinit=False, t_per_parameter=None, bias_correction=Tr
     return step
 
 
-def _adam_init_aliased(parameters):
-    m = [torch.zeros_like(p) for p in parameters]
-    v = m  # the same list of the same tensors
-    return {"t": 0, "m": m, "v": v}
-
-
-def _adam_init_float32(parameters):
-    """m and v made with torch.zeros(p.shape): float32 on the CPU, whatever p is."""
-    params = list(parameters)
-    return {"t": 0, "m": [torch.zeros(p.shape) for p in params],
-            "v": [torch.zeros(p.shape) for p in params]}
-
-
-def _adam_init_counts(parameters):
-    """torch.optim.Adam's layout: a step count of its own for every parameter."""
-    params = list(parameters)
-    return {"t": [0] * len(params), "m": [torch.zeros_like(p) for p in params],
-            "v": [torch.zeros_like(p) for p in params]}
+def _adam_init_variant(*, zeros=torch.zeros_like, v_is_m=False, count_per_parameter=False):
+    """adam_init with one mistake: m and v made by `zeros`, v the very same list as m, or
+    torch.optim.Adam's layout, a step count of its own for every parameter."""
+    def init(parameters):
+        params = list(parameters)
+        m = [zeros(p) for p in params]
+        v = m if v_is_m else [zeros(p) for p in params]
+        return {"t": [0] * len(params) if count_per_parameter else 0, "m": m, "v": v}
+    return init
 
 
 def _adam(**mistake):
@@ -376,7 +354,7 @@ register(Exercise(
         Mistake("v = m: both names for the same tensors",
                 "assignment shares the object: m and v must be two tensors per parameter, each made by "
                 "its own torch.zeros_like(p) in adam_init and read from its own list in adam_step",
-                (_adam_init_aliased, _adam_step_variant()), also=(_adam(v_is_m=True),)),
+                (_adam_init_variant(v_is_m=True), _adam_step_variant()), also=(_adam(v_is_m=True),)),
         Mistake("no bias correction",
                 "divide by (1 - beta ** t): m_hat = m / (1 - beta1 ** t), v_hat = v / (1 - beta2 ** t)",
                 _adam(bias_correction=False)),
@@ -394,11 +372,11 @@ register(Exercise(
         Mistake("t counted per parameter, only on its steps with a gradient (torch.optim.Adam's way)",
                 "this course's t counts optimizer steps: one t for all parameters, +1 on every call, "
                 "also for a parameter that has no gradient this step",
-                (_adam_init_counts, _adam_step_variant(t_per_parameter="own count"))),
+                (_adam_init_variant(count_per_parameter=True), _adam_step_variant(t_per_parameter="own count"))),
         Mistake("state not built like the parameter: use torch.zeros_like(p)",
                 "torch.zeros(p.shape) is float32 on the CPU whatever p is; torch.zeros_like(p) has "
                 "p's dtype and device (float32 m and v overflow here)",
-                (_adam_init_float32, _adam_step_variant())),
+                (_adam_init_variant(zeros=lambda p: torch.zeros(p.shape)), _adam_step_variant())),
         Mistake("p.grad changed by the step (the caller's gradients)",
                 _GRAD_AS_SCRATCH_HINT,
                 _adam(grad_as_scratch=True)),
@@ -440,9 +418,7 @@ def _sgd_variant(*, skip_none=True, no_grad=True, in_place=True, sign=-1.0, grad
 
 
 def _sgd_cases() -> list[Case]:
-    problems = [_problems()[i] for i in (0, 2)]
-    for problem in problems:
-        problem.betas = None  # SGD has none
+    problems = [dataclasses.replace(_problems()[i], betas=None) for i in (0, 2)]  # SGD has no betas
     return [Case(problem.description, (problem,)) for problem in problems]
 
 
@@ -486,17 +462,15 @@ def _adamw_cases() -> list[Case]:
     # lr, moves p visibly; one problem without decay (AdamW is then Adam).
     problems = _with_decay(_problems(), (0.5, 2.0, 1.0, 0.0, 5.0, 0.3, 0.1))
     g = torch.Generator().manual_seed(91)
-    problems.append(_Problem("large parameters, large gradients: the decay and the update both show",
-                             [10 * torch.randn(3, generator=g), torch.randn(2, 2, generator=g)],
-                             lr=0.2, steps=3, weight_decay=1.5,
-                             grads=[[50 * torch.randn(3, generator=g), torch.randn(2, 2, generator=g)]
-                                    for _ in range(3)]))
-    problems.append(_Problem("eps = 1e-3 with gradients near 1e-3: the eps you are given counts",
-                             [torch.randn(4, generator=g)], lr=0.1, steps=3, weight_decay=0.5, eps=1e-3,
-                             grads=[[1e-3 * torch.randn(4, generator=g)] for _ in range(3)]))
-    problems.append(_Problem("weight_decay not given: AdamW's default, 1e-2",
-                             [torch.randn(3, generator=g)], lr=0.5, steps=3, weight_decay=1e-2,
-                             decay_given=False, grads=[[torch.randn(3, generator=g)] for _ in range(3)]))
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
+    problems += [
+        _Problem("large parameters, large gradients: the decay and the update both show", [10 * r(3), r(2, 2)],
+                 lr=0.2, steps=3, weight_decay=1.5, grads=[[50 * r(3), r(2, 2)] for _ in range(3)]),
+        _Problem("eps = 1e-3 with gradients near 1e-3: the eps you are given counts", [r(4)], lr=0.1, steps=3,
+                 weight_decay=0.5, eps=1e-3, grads=[[1e-3 * r(4)] for _ in range(3)]),
+        _Problem("weight_decay not given: AdamW's default, 1e-2", [r(3)], lr=0.5, steps=3, weight_decay=1e-2,
+                 decay_given=False, grads=[[r(3)] for _ in range(3)]),
+    ]
     return [Case(problem.description, (problem,)) for problem in problems]
 
 
@@ -680,12 +654,13 @@ def _clip_problems(g: torch.Generator, dtype=torch.float32) -> list[_Gradients]:
 
 def _clip_cases() -> list[Case]:
     g = torch.Generator().manual_seed(92)
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
     problems = _clip_problems(g)
     problems.append(dataclasses.replace(_clip_problems(g, torch.float64)[0],
                                         description="float64 gradients, the global norm above max_norm"))
 
     def with_norm(norm, *shapes):  # gradients whose global norm is exactly `norm`
-        grads = [torch.randn(shape, generator=g) for shape in shapes]
+        grads = [r(shape) for shape in shapes]
         total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(x) for x in grads]))
         return [x * (norm / total) for x in grads]
 
@@ -693,26 +668,26 @@ def _clip_cases() -> list[Case]:
     # norm with max_norm gives the wrong answer.
     problems += [
         _Gradients("norm 3 below max_norm 4 (its square, 9, is above): nothing changes",
-                   [torch.randn(3, generator=g), torch.randn(2, generator=g)], with_norm(3.0, (3,), (2,)),
-                   max_norm=4.0),
+                   [r(3), r(2)], with_norm(3.0, (3,), (2,)), max_norm=4.0),
         _Gradients("norm 0.4 above max_norm 0.25 (its square, 0.16, is below): clipped",
-                   [torch.randn(2, 2, generator=g)], with_norm(0.4, (2, 2)), max_norm=0.25),
+                   [r(2, 2)], with_norm(0.4, (2, 2)), max_norm=0.25),
         _Gradients("norm 2e-6 above max_norm 1e-6: the 1e-6 added to the norm matters (factor 1/3, not 1/2)",
-                   [torch.randn(4, generator=g)], with_norm(2e-6, (4,)), max_norm=1e-6),
+                   [r(4)], with_norm(2e-6, (4,)), max_norm=1e-6),
         _Gradients("tiny gradients (norm 1e-8, below the 1e-6 added to it): left as they are",
-                   [torch.randn(3, generator=g)], with_norm(1e-8, (3,)), max_norm=1.0),
+                   [r(3)], with_norm(1e-8, (3,)), max_norm=1.0),
         _Gradients("every gradient zero: the norm is 0, nothing to scale (and nothing to divide by)",
-                   [torch.randn(3, generator=g), torch.randn(2, generator=g)],
-                   [torch.zeros(3), torch.zeros(2)], max_norm=1.0),
+                   [r(3), r(2)], [torch.zeros(3), torch.zeros(2)], max_norm=1.0),
     ]
     return [Case(problem.description, (problem,)) for problem in problems]
 
 
-def _clip_variant(*, norm="global", clamp=True, returns="before", skip_none=True, squared_test=False):
+def _clip_variant(*, norm="global", clamp=True, returns="before", skip_none=True, squared_test=False,
+                  in_place=True):
     """clip_grad_norm with one classic mistake."""
     def clip(parameters, max_norm):
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-        grads = [p.grad for p in params if p.grad is not None or not skip_none]
+        with_grad = [p for p in params if p.grad is not None or not skip_none]
+        grads = [p.grad for p in with_grad]
         if not grads:
             return torch.tensor(0.0)
         norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
@@ -723,24 +698,17 @@ def _clip_variant(*, norm="global", clamp=True, returns="before", skip_none=True
                 for g in grads:
                     g.mul_(max_norm / (total + 1e-6))
             return total
-        for g, own in zip(grads, norms):
+        for p, own in zip(with_grad, norms):
             scale = max_norm / ((own if norm == "each" else total) + 1e-6)
-            g.mul_(torch.clamp(scale, max=1.0) if clamp else scale)
+            scale = torch.clamp(scale, max=1.0) if clamp else scale
+            if in_place:
+                p.grad.mul_(scale)
+            else:
+                p.grad = p.grad * scale  # a new tensor
         if returns == "after":
             return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
         return total
     return clip
-
-
-def _clip_replacing_grads(parameters, max_norm):
-    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-    with_grad = [p for p in params if p.grad is not None]
-    if not with_grad:
-        return torch.tensor(0.0)
-    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in with_grad]))
-    for p in with_grad:
-        p.grad = p.grad * torch.clamp(max_norm / (total + 1e-6), max=1.0)  # a new tensor
-    return total
 
 
 register(Exercise(
@@ -762,7 +730,7 @@ register(Exercise(
         Mistake("p.grad replaced by a new tensor instead of scaled in place",
                 "scale each gradient in place, p.grad.mul_(scale) (as torch's clip_grad_norm_ does): "
                 "code that holds the gradient tensors, an optimizer's or yours, sees the new values",
-                _clip_replacing_grads),
+                _clip_variant(in_place=False)),
         Mistake("returns the norm after clipping",
                 "return the norm measured before scaling: it is what you log to see gradient spikes",
                 _clip_variant(returns="after")),

@@ -47,23 +47,22 @@ def _scores(query, key):
     return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
 
 
-def _scaled(scale_fn):
+def _attention_with(scores=_scores, **how):
+    """Attention whose scores are scores(query, key), weighed as _weigh's keywords `how` say:
+    each variant below gets one of the two wrong."""
     def variant(query, key, value, mask=None):
-        scores = query @ key.transpose(-2, -1) * scale_fn(query.size(-1))
-        return _weigh(scores, value, mask)
+        return _weigh(scores(query, key), value, mask, **how)
     return variant
+
+
+def _scaled(scale_fn):
+    return _attention_with(lambda query, key: query @ key.transpose(-2, -1) * scale_fn(query.size(-1)))
 
 
 def _softmax_over_queries(query, key, value, mask=None):
     _, weights = _weigh(_scores(query, key), value, mask, softmax_dim=-2)
     weights = weights.nan_to_num(0.0)  # a key column that every query is masked from gives NaN
     return weights @ value, weights
-
-
-def _fill_with_zero(zero_after_softmax):
-    def variant(query, key, value, mask=None):
-        return _weigh(_scores(query, key), value, mask, fill=0.0, zero_masked=zero_after_softmax)
-    return variant
 
 
 def _large_negative_fill(fill_for_dtype):
@@ -87,18 +86,7 @@ def _query_scaled_in_place(query, key, value, mask=None):
     return _weigh(query @ key.transpose(-2, -1), value, mask)
 
 
-def _nan_on_fully_masked(query, key, value, mask=None):
-    return _weigh(_scores(query, key), value, mask, zero_masked=False)
-
-
-def _transpose_1_2(query, key, value, mask=None):
-    scores = query @ key.transpose(1, 2) / math.sqrt(query.size(-1))  # only right for 3-D input
-    return _weigh(scores, value, mask)
-
-
-def _elementwise_star(query, key, value, mask=None):
-    scores = query * key / math.sqrt(query.size(-1))  # elementwise: only runs when shapes agree
-    return _weigh(scores, value, mask)
+_nan_on_fully_masked = _attention_with(zero_masked=False)
 
 
 def _mask_inverted(zero_after_softmax):
@@ -108,20 +96,11 @@ def _mask_inverted(zero_after_softmax):
     return variant
 
 
-def _d_k_from_keys_length(query, key, value, mask=None):
-    return _scaled(lambda d_k: 1 / math.sqrt(key.size(-2)))(query, key, value, mask)
-
-
-def _d_k_from_queries_length(query, key, value, mask=None):
-    return _scaled(lambda d_k: 1 / math.sqrt(query.size(-2)))(query, key, value, mask)
-
-
-def _d_k_from_axis_1(query, key, value, mask=None):  # Lq for 3-D input, the heads for 4-D
-    return _scaled(lambda d_k: 1 / math.sqrt(query.size(1)))(query, key, value, mask)
-
-
-def _d_k_from_values(query, key, value, mask=None):
-    return _scaled(lambda d_k: 1 / math.sqrt(value.size(-1)))(query, key, value, mask)
+def _d_k_from(size):
+    """The scores divided by the square root of size(query, key, value) instead of d_k."""
+    def variant(query, key, value, mask=None):
+        return _scaled(lambda d_k: 1 / math.sqrt(size(query, key, value)))(query, key, value, mask)
+    return variant
 
 
 register(Exercise(
@@ -154,7 +133,7 @@ register(Exercise(
                 _softmax_over_queries),
         Mistake("masked scores filled with 0 instead of -inf",
                 "a score of 0 still gets weight after softmax; fill masked scores with float('-inf')",
-                _fill_with_zero(False), also=(_fill_with_zero(True),)),
+                _attention_with(fill=0.0, zero_masked=False), also=(_attention_with(fill=0.0),)),
         Mistake("NaN on a fully masked row",
                 "softmax of a row of -inf is NaN; set the weights of masked keys to 0 after the softmax",
                 _nan_on_fully_masked),
@@ -173,20 +152,22 @@ register(Exercise(
                 _query_scaled_in_place),
         Mistake("transpose(1, 2) instead of transpose(-2, -1)",
                 "with a heads axis, axis 1 is H, not L: swap the last two axes with key.transpose(-2, -1)",
-                _transpose_1_2),
+                _attention_with(lambda q, k: q @ k.transpose(1, 2) / math.sqrt(q.size(-1)))),
         Mistake("* instead of @ for the scores",
                 "`*` multiplies elementwise; the scores are a matrix product: query @ key.transpose(-2, -1)",
-                _elementwise_star),
+                _attention_with(lambda q, k: q * k / math.sqrt(q.size(-1)))),
         Mistake("mask polarity inverted",
                 "True in the mask means 'may attend': fill the scores where the mask is False, "
                 "scores.masked_fill(~mask, float('-inf'))",
                 _mask_inverted(True), also=(_mask_inverted(False),)),
         Mistake("d_k read from the wrong axis",
                 "d_k is the size of the last axis of query (or key): query.size(-1)",
-                _d_k_from_keys_length, also=(_d_k_from_queries_length, _d_k_from_axis_1)),
+                _d_k_from(lambda q, k, v: k.size(-2)),
+                also=(_d_k_from(lambda q, k, v: q.size(-2)),
+                      _d_k_from(lambda q, k, v: q.size(1)))),  # Lq for 3-D input, the heads for 4-D
         Mistake("scores scaled by sqrt(d_v) instead of sqrt(d_k)",
                 "the paper has d_k = d_v = 64, so the two agree there; the scale belongs to the dot "
                 "products' width, query.size(-1), not value.size(-1)",
-                _d_k_from_values),
+                _d_k_from(lambda q, k, v: v.size(-1))),
     ],
 ))

@@ -29,11 +29,6 @@ starts from one random state: torch's global generator, Python's `random` and Nu
 alike (`_call`). A function that draws random numbers (dropout) then draws the same ones
 whatever the cells or the checks before it did, so its verdict and the mistake it is named for
 depend on the answer alone; and `check` puts the caller's random states back afterwards.
-
-A `Case` whose `raises` is set is one where a correct answer must raise that
-exception (e.g. ValueError for shapes that do not broadcast). A `Mistake` may
-list more variants in `also` (ids as float32 or int32; a frequency term
-hard-coded for d_model 8 or 512): matching any of them names the mistake.
 """
 from __future__ import annotations
 
@@ -1103,11 +1098,9 @@ def _compare_gradients(expected, actual, exercise: Exercise) -> str | None:
         return None
     if not isinstance(actual, dict):
         return actual or "no gradient flows back through your output"
-    # A gradient's size depends on the input (LayerNorm's grows as 1/std): its absolute
-    # tolerance is relative to the largest entry of the expected gradient.
-    # The tolerance scales with the largest of all the gradients, not each one's own: a gradient
-    # that is mathematically zero (a bias on the keys cancels in softmax) comes out as rounding
-    # noise, which the largest gradient's rounding explains.
+    # A gradient's size depends on the input (LayerNorm's grows as 1/std): the absolute tolerance
+    # scales with the largest entry of all the gradients, not each one's own, as a gradient that is
+    # mathematically zero (a bias on the keys cancels in softmax) comes out as the largest's rounding.
     largest = max((_largest(grad) for grad in expected.values()), default=0.0)
     scaled = dataclasses.replace(exercise, atol=exercise.atol * max(1.0, largest))
     for name, grad in expected.items():
@@ -1267,11 +1260,7 @@ def _describe(value, depth: int = 0) -> str:
         kinds = {type(v).__name__ for v in value}
         of = f" {kinds.pop()}s" if len(kinds) == 1 else ""
         return f"{type(value).__name__} of {len(value)}{of}"
-    try:
-        text = repr(value)
-    except Exception:  # a learner's object whose repr is broken
-        return f"a {type(value).__name__}"
-    return text if len(text) <= 40 else text[:37] + "..."
+    return _short(value, 40)
 
 
 def _where_it_raised(error: BaseException) -> str:

@@ -87,10 +87,7 @@ def _pe(*, exponent=lambda i, d: 2 * i / d, angle=None, swap=False, halves=False
     def variant(max_len, d_model):
         pos = torch.arange(first_position, first_position + max_len, dtype=torch.float64)[:, None]
         i = torch.arange(d_model // 2, dtype=torch.float64)
-        if angle is None:
-            theta = pos / 10000.0 ** exponent(i, d_model)                    # (L, D/2)
-        else:
-            theta = angle(pos, i, d_model)
+        theta = pos / 10000.0 ** exponent(i, d_model) if angle is None else angle(pos, i, d_model)  # (L, D/2)
         first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
         if halves:
             pe = torch.cat([first(theta), second(theta)], dim=-1)
@@ -234,10 +231,7 @@ def _rope(*, pairs="interleaved", sign=1.0, swap=False, exponent=lambda i, d: 2 
             positions = torch.arange(length)
         i = torch.arange(dim // 2, dtype=torch.float64)
         angle = positions.double()[:, None] / 10000.0 ** exponent(i, dim)       # (L, D/2)
-        if angles_per == "pair":
-            angle = angle.repeat_interleave(2, dim=-1)
-        else:
-            angle = angle.repeat(1, 2)                                          # tiled
+        angle = angle.repeat_interleave(2, dim=-1) if angles_per == "pair" else angle.repeat(1, 2)  # or tiled
         if pairs == "interleaved":
             rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
         else:
@@ -249,10 +243,6 @@ def _rope(*, pairs="interleaved", sign=1.0, swap=False, exponent=lambda i, d: 2 
             cos, sin = sin, cos
         return x * cos + sign * rotated * sin
     return variant
-
-
-def _rope_positions_ignored(x, positions=None):
-    return _rope()(x)
 
 
 def _written_into_x(*, views):
@@ -302,7 +292,7 @@ register(Exercise(
         Mistake("positions argument ignored",
                 "when positions is given, rotate by those positions, not by 0..L-1 (a decoder generating "
                 "one token at a time passes its offset)",
-                _rope_positions_ignored),
+                lambda x, positions=None: _rope()(x)),
         Mistake("x overwritten in place",
                 "writing into x[..., 0::2] changes the caller's tensor (and every view read from it): "
                 "build a new one, e.g. torch.stack((new_even, new_odd), dim=-1).flatten(-2)",

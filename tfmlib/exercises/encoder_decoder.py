@@ -22,7 +22,7 @@ from ..multihead import multi_head_attention
 from ..sublayers import feed_forward, layer_norm
 from .core import Case, Contract, Exercise, Mistake, register
 from .multihead import causal, padding, random_mha_params
-from .sublayers import random_ffn_params, random_norm_params
+from .sublayers import _post_ln, _pre_ln, random_ffn_params, random_norm_params
 
 
 def random_encoder_params(d_model: int, d_ff: int, g: torch.Generator) -> dict:
@@ -38,12 +38,10 @@ def random_decoder_params(d_model: int, d_ff: int, g: torch.Generator) -> dict:
 
 def _sublayer(x, sublayer, norm, pre_ln=False):
     """Post-LN: LayerNorm(x + sublayer(x)); Pre-LN: x + sublayer(LayerNorm(x))."""
-    if pre_ln:
-        return x + sublayer(layer_norm(x, norm["gamma"], norm["beta"]))
-    return layer_norm(x + sublayer(x), norm["gamma"], norm["beta"])
+    return (_pre_ln if pre_ln else _post_ln)(x, sublayer, norm)
 
 
-def _pre_ln(variant) -> Mistake:
+def _pre_ln_mistake(variant) -> Mistake:
     return Mistake("Pre-LN instead of Post-LN", "this layer is Post-LN, as in the 2017 paper: LayerNorm(x + "
                    "sublayer(x)) after each sublayer; Pre-LN, x + sublayer(LayerNorm(x)), is the modern variant",
                    variant)
@@ -128,7 +126,7 @@ register(Exercise(
         Mistake("sublayers in the wrong order (FFN first)",
                 "self-attention comes first, then the FFN",
                 _encoder_layer_variant(order="ffn first")),
-        _pre_ln(_encoder_layer_variant(pre_ln=True)),
+        _pre_ln_mistake(_encoder_layer_variant(pre_ln=True)),
         Mistake("residual added in place to the caller's x",
                 "`x += attention(...)` overwrites the tensor the caller passed in: write "
                 "`h = x + attention(...)`, a new tensor",
@@ -282,7 +280,7 @@ register(Exercise(
                 _decoder_layer_variant(norms=("norm1", "norm1", "norm1")),
                 also=(_decoder_layer_variant(norms=("norm1", "norm2", "norm2")),
                       _decoder_layer_variant(norms=("norm1", "norm1", "norm2")))),
-        _pre_ln(_decoder_layer_variant(pre_ln=True)),
+        _pre_ln_mistake(_decoder_layer_variant(pre_ln=True)),
         Mistake("residual added in place to the caller's x",
                 "`x += self_attention(...)` overwrites the tensor the caller passed in: write "
                 "`h = x + self_attention(...)`, a new tensor",

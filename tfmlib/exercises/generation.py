@@ -55,14 +55,6 @@ def _temperature_cases() -> list[Case]:
     ]
 
 
-def _softmax_then_divide(logits, temperature):
-    return torch.softmax(logits, dim=-1) / temperature
-
-
-def _softmax_then_power(logits, temperature):
-    return torch.softmax(logits, dim=-1) ** (1 / temperature)
-
-
 def _exp_over_sum(logits, temperature):
     scaled = torch.exp(logits / temperature)
     return scaled / scaled.sum(dim=-1, keepdim=True)
@@ -78,7 +70,8 @@ register(Exercise(
         Mistake("temperature applied after the softmax",
                 "divide the logits by the temperature, then take the softmax: softmax(logits / T); "
                 "probabilities divided by T no longer sum to 1",
-                _softmax_then_divide, also=(_softmax_then_power,)),
+                lambda logits, temperature: torch.softmax(logits, dim=-1) / temperature,
+                also=(lambda logits, temperature: torch.softmax(logits, dim=-1) ** (1 / temperature),)),
         Mistake("temperature ignored (or applied after the softmax and renormalised, where it cancels)",
                 "softmax(logits / T): the temperature must change the logits before the softmax",
                 lambda logits, temperature: torch.softmax(logits, dim=-1)),
@@ -133,11 +126,10 @@ def _exactly_k(logits, k):
     return logits.masked_fill(~keep, -INF)
 
 
-def _top_k_variant(compare="<", fill=-INF, largest=True, clamp=True, dim=-1):
+def _top_k_variant(compare="<", fill=-INF, largest=True, clamp=True):
     def variant(logits, k):
-        kept_count = min(k, logits.size(dim)) if clamp else k
-        kth = logits.topk(kept_count, dim=dim, largest=largest).values.narrow(
-            dim, kept_count - 1, 1)
+        kept_count = min(k, logits.size(-1)) if clamp else k
+        kth = logits.topk(kept_count, dim=-1, largest=largest).values.narrow(-1, kept_count - 1, 1)
         drop = logits <= kth if compare == "<=" else (logits > kth if not largest else logits < kth)
         return logits.masked_fill(drop, fill)
     return variant
@@ -291,16 +283,12 @@ register(Exercise(
 
 # ---- cached_self_attention --------------------------------------------------------------------
 
-def _cache(g, batch, heads, length, d_k, dtype=torch.float32):
-    return {"key": torch.randn(batch, heads, length, d_k, generator=g, dtype=dtype),
-            "value": torch.randn(batch, heads, length, d_k, generator=g, dtype=dtype)}
-
-
 def _attention_case(label, g, batch, new, past, heads, d_k, dtype=torch.float32):
     d_model = heads * d_k
     params = {k: v.to(dtype) for k, v in random_mha_params(d_model, g).items()}
     x = torch.randn(batch, new, d_model, generator=g, dtype=dtype)
-    cache = None if past is None else _cache(g, batch, heads, past, d_k, dtype)
+    cache = None if past is None else {name: torch.randn(batch, heads, past, d_k, generator=g, dtype=dtype)
+                                       for name in ("key", "value")}
     return Case(label, (x, params, heads, cache))
 
 
@@ -318,9 +306,7 @@ def _attention_cases() -> list[Case]:
 def _cached_attention_variant(axis=2, new_first=False, mask="last rows", keep_cache=False,
                               values_from="v"):
     def variant(x, params, num_heads, cache=None):
-        q = split_heads(linear(x, params["w_q"], params.get("b_q")), num_heads)
-        k = split_heads(linear(x, params["w_k"], params.get("b_k")), num_heads)
-        v = split_heads(linear(x, params["w_v"], params.get("b_v")), num_heads)
+        q, k, v = (split_heads(linear(x, params[f"w_{n}"], params.get(f"b_{n}")), num_heads) for n in "qkv")
         if values_from == "k":
             v = k
         old = cache
@@ -410,9 +396,7 @@ def _lm_step_cases() -> list[Case]:
 
 def _lm_step_variant(positions="continue", cache_of="own", scale=True, final_norm=True):
     def variant(params, ids, config, caches=None):
-        start = 0 if caches is None else caches[0]["key"].size(2)
-        if positions == "restart":
-            start = 0
+        start = 0 if caches is None or positions == "restart" else caches[0]["key"].size(2)
         table = params["token_embedding"]
         tokens = embed(ids, table) if scale else table[ids]
         x = tokens + params["position_embedding"][start:start + ids.size(1)]

@@ -44,22 +44,6 @@ def _pad_query_axis(token_ids, pad_id):
     return (token_ids != pad_id)[:, None, :, None]
 
 
-def _pad_inverted(token_ids, pad_id):
-    return (token_ids == pad_id)[:, None, None, :]
-
-
-def _pad_zero(token_ids, pad_id):
-    return (token_ids != 0)[:, None, None, :]
-
-
-def _key_padding_mask(token_ids, pad_id):    # what nn.MultiheadAttention's key_padding_mask takes
-    return token_ids == pad_id
-
-
-def _hugging_face_attention_mask(token_ids, pad_id):
-    return (token_ids != pad_id).long()
-
-
 register(Exercise(
     name="padding_mask",
     contract=Contract(axes={"B": {"token_ids": (0,)}, "L": {"token_ids": (1,)}}),
@@ -73,15 +57,15 @@ register(Exercise(
         Mistake("polarity inverted",
                 "True means 'may attend' here (as in F.scaled_dot_product_attention, while "
                 "nn.MultiheadAttention reads True as blocked): real tokens are True, token_ids != pad_id",
-                _pad_inverted),
+                lambda token_ids, pad_id: (token_ids == pad_id)[:, None, None, :]),
         Mistake("PyTorch's key_padding_mask instead of this course's mask",
                 "nn.MultiheadAttention's key_padding_mask is (B, L) and True on padding; here True means "
                 "'may attend', shaped (B, 1, 1, L): (token_ids != pad_id)[:, None, None, :]",
-                _key_padding_mask),
+                lambda token_ids, pad_id: token_ids == pad_id),
         Mistake("Hugging Face's attention_mask instead of this course's mask",
                 "Hugging Face's attention_mask is (B, L) of 1s and 0s; here the mask is bool and (B, 1, 1, L), "
                 "to broadcast onto the scores: (token_ids != pad_id)[:, None, None, :]",
-                _hugging_face_attention_mask),
+                lambda token_ids, pad_id: (token_ids != pad_id).long()),
         Mistake("not reshaped to (B, 1, 1, L)",
                 "add the head and query axes: (token_ids != pad_id)[:, None, None, :] gives (B, 1, 1, L)",
                 lambda token_ids, pad_id: token_ids != pad_id,
@@ -89,7 +73,7 @@ register(Exercise(
                       lambda token_ids, pad_id: (token_ids != pad_id)[None, None])),
         Mistake("pad id hard-coded as 0",
                 "compare with the pad_id argument; id 0 is a real token in some vocabularies",
-                _pad_zero),
+                lambda token_ids, pad_id: (token_ids != 0)[:, None, None, :]),
         Mistake("mask not bool",
                 _NOT_BOOL_HINT,
                 _as(torch.float32, padding_mask),
@@ -156,17 +140,9 @@ register(Exercise(
 def _target(*, pad=None, causal=None, combine=lambda p, c: p & c):
     def variant(token_ids, pad_id):
         p = padding_mask(token_ids, pad_id) if pad is None else pad(token_ids, pad_id)
-        length = token_ids.size(1)
-        c = causal_mask(length) if causal is None else causal(token_ids)
+        c = causal_mask(token_ids.size(1)) if causal is None else causal(token_ids)
         return combine(p, c)
     return variant
-
-
-def _causal_from(keep):
-    def causal(token_ids):
-        length = token_ids.size(1)
-        return keep(torch.ones(length, length, dtype=torch.bool))[None, None]
-    return causal
 
 
 register(Exercise(
@@ -202,9 +178,9 @@ register(Exercise(
                 _target(combine=lambda p, c: ~(p & c))),
         Mistake("causal part flipped (upper triangle)",
                 "the causal part keeps the LOWER triangle: query i sees keys 0..i",
-                _target(causal=_causal_from(torch.triu))),
+                _target(causal=lambda ids: _triangle(torch.triu)(ids.size(1)))),
         Mistake("causal part excludes the diagonal",
                 "each token may attend to itself: tril(ones), not tril(ones, -1)",
-                _target(causal=_causal_from(lambda m: m.tril(-1)))),
+                _target(causal=lambda ids: _triangle(lambda m: m.tril(-1))(ids.size(1)))),
     ],
 ))

@@ -14,7 +14,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..multihead import linear, merge_heads, multi_head_attention, split_heads
-from .attention import _large_negative_fill, _nan_on_fully_masked
+from .attention import _attention_with, _large_negative_fill, _nan_on_fully_masked
 from .core import Case, Contract, Exercise, Mistake, register
 
 
@@ -74,14 +74,6 @@ def _linear_untransposed(x, weight, bias=None):
     return y + bias if bias is not None else y
 
 
-def _linear_bias_none_crashes(x, weight, bias=None):
-    return x @ weight.T + bias
-
-
-def _linear_no_bias(x, weight, bias=None):
-    return x @ weight.T
-
-
 register(Exercise(
     name="linear",
     contract=Contract(axes={"B": {"x": (0,)}, "in": {"x": (-1,), "weight": (1,)},
@@ -95,10 +87,10 @@ register(Exercise(
                 _linear_untransposed),
         Mistake("crash when bias is None",
                 "bias may be None: add it only `if bias is not None`",
-                _linear_bias_none_crashes),
+                lambda x, weight, bias=None: x @ weight.T + bias),
         Mistake("bias left out",
                 "add the bias after the product: x @ weight.T + bias (it broadcasts over (..., out))",
-                _linear_no_bias),
+                lambda x, weight, bias=None: x @ weight.T),
     ],
 ))
 
@@ -181,10 +173,6 @@ def _merge_strided(x):
     return x.permute(0, 2, 3, 1).reshape(batch, length, num_heads * d_k)
 
 
-def _merge_mean(x):
-    return x.mean(dim=1)
-
-
 register(Exercise(
     name="merge_heads",
     contract=Contract(axes={"B": {"x": (0,)}, "H": {"x": (1,)}, "L": {"x": (2,)},
@@ -204,7 +192,7 @@ register(Exercise(
                 _merge_strided),
         Mistake("heads averaged instead of concatenated",
                 "merging keeps every head: the result is (B, L, H * d_k), the heads side by side",
-                _merge_mean),
+                lambda x: x.mean(dim=1)),
     ],
 ))
 
@@ -255,17 +243,6 @@ def _mha_variant(project=None, split=split_heads, merge=merge_heads, pass_mask=T
         output = project(merged, params["w_o"], params["b_o"]) if output_projection else merged
         return output, weights
     return variant
-
-
-def _attention_scaled_by_d_model(q, k, v, mask=None):
-    d_model = q.size(1) * q.size(-1)  # H * d_k
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_model)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ v, weights
 
 
 register(Exercise(
@@ -320,6 +297,7 @@ register(Exercise(
                 also=(_mha_variant(attention=_large_negative_fill(lambda dtype: torch.finfo(dtype).min)),)),
         Mistake("scores scaled by sqrt(d_model) instead of sqrt(d_k)",
                 "each head's scores are divided by sqrt(d_k) = sqrt(d_model / num_heads)",
-                _mha_variant(attention=_attention_scaled_by_d_model)),
+                _mha_variant(attention=_attention_with(  # d_model = H * d_k
+                    lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.size(1) * q.size(-1))))),
     ],
 ))

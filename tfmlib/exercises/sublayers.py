@@ -54,9 +54,7 @@ def _ffn_cases() -> list[Case]:
 
 
 def _ffn_variant(project=None, activation=F.relu, relu_at_end=False, biases=True):
-    def project_default(x, w, b):
-        return x @ w.T + b if biases else x @ w.T
-    project = project or project_default
+    project = project or (lambda x, w, b: x @ w.T + b if biases else x @ w.T)
 
     def variant(x, params, activation_name="relu"):
         hidden = activation(project(x, params["w_1"], params["b_1"]))

@@ -65,31 +65,26 @@ def _vocab_cases() -> list[Case]:
     ]
 
 
-def _vocab(sentences, specials=SPECIALS, *, split=str.split, specials_first=True, start=0,
-           with_specials=True, order=None):
-    tokens = [t for s in sentences for t in split(s)]
-    if order is not None:
-        tokens = order(tokens)
-    specials = list(specials) if with_specials else []
-    vocab = {}
-    for token in (specials + tokens if specials_first else tokens + specials):
-        if token not in vocab:
-            vocab[token] = len(vocab) + start
-    return vocab
-
-
-def _specials_last(sentences, specials=SPECIALS):
-    return _vocab(sentences, specials, specials_first=False)
-
-
-def _sorted_tokens(sentences, specials=SPECIALS):
-    return _vocab(sentences, specials, order=lambda tokens: sorted(set(tokens)))
+def _vocab(*, split=str.split, specials_first=True, start=0, with_specials=True, order=None,
+           own_specials=False):
+    """build_vocab with one classic mistake (own_specials: a hard-coded list, not the argument)."""
+    def variant(sentences, specials=SPECIALS):
+        tokens = [t for s in sentences for t in split(s)]
+        if order is not None:
+            tokens = order(tokens)
+        specials = list(SPECIALS if own_specials else specials) if with_specials else []
+        vocab = {}
+        for token in (specials + tokens if specials_first else tokens + specials):
+            if token not in vocab:
+                vocab[token] = len(vocab) + start
+        return vocab
+    return variant
 
 
 # The same two mistakes as most learners write them: a special typed in a sentence then
 # takes a new id as well (no `if token not in vocab` where the two lists meet).
 def _specials_last_overwritten(sentences, specials=SPECIALS):
-    vocab = _vocab(sentences, specials, with_specials=False)
+    vocab = _vocab(with_specials=False)(sentences, specials)
     for token in specials:
         vocab[token] = len(vocab)
     return vocab
@@ -108,30 +103,6 @@ def _repeated_token_renumbered(sentences, specials=SPECIALS):
     return vocab
 
 
-def _ids_from_one(sentences, specials=SPECIALS):
-    return _vocab(sentences, specials, start=1)
-
-
-def _specials_missing(sentences, specials=SPECIALS):
-    return _vocab(sentences, specials, with_specials=False)
-
-
-def _characters(sentences, specials=SPECIALS):
-    return _vocab(sentences, specials, split=list)
-
-
-def _split_on_one_space(sentences, specials=SPECIALS):
-    return _vocab(sentences, specials, split=lambda s: s.split(" "))
-
-
-def _specials_argument_ignored(sentences, specials=SPECIALS):
-    return _vocab(sentences, SPECIALS)
-
-
-def _lowercased(sentences, specials=SPECIALS):
-    return _vocab(sentences, specials, split=lambda s: s.lower().split())
-
-
 register(Exercise(
     name="build_vocab",
     contract=Contract(text=("sentences",)),
@@ -141,31 +112,31 @@ register(Exercise(
     mistakes=[
         Mistake("specials not numbered first",
                 "give the specials ids 0, 1, 2, ... before any word, so <pad> is 0 on every corpus",
-                _specials_last, also=(_specials_last_overwritten,)),
+                _vocab(specials_first=False), also=(_specials_last_overwritten,)),
         Mistake("tokens sorted instead of numbered by first appearance",
                 "walk the sentences in order and give each new token the next id, len(vocab)",
-                _sorted_tokens, also=(_sorted_tokens_enumerated,)),
+                _vocab(order=lambda tokens: sorted(set(tokens))), also=(_sorted_tokens_enumerated,)),
         Mistake("a repeated token gets a new id",
                 "only add a token the first time: `if token not in vocab: vocab[token] = len(vocab)`",
                 _repeated_token_renumbered),
         Mistake("ids start at 1",
                 "ids are row numbers of the embedding table: the first one is 0 (len(vocab) before adding)",
-                _ids_from_one),
+                _vocab(start=1)),
         Mistake("specials missing",
                 "put the specials (<pad>, <bos>, <eos>, <unk>) into the vocabulary first",
-                _specials_missing),
+                _vocab(with_specials=False)),
         Mistake("characters instead of words",
                 _CHARACTERS_HINT,
-                _characters),
+                _vocab(split=list)),
         Mistake("split(' ') keeps empty tokens",
                 _SPLIT_HINT,
-                _split_on_one_space),
+                _vocab(split=lambda s: s.split(" "))),
         Mistake("the specials argument is ignored",
                 "number the `specials` you were given, not a hard-coded list",
-                _specials_argument_ignored),
+                _vocab(own_specials=True)),
         Mistake("tokens lowercased",
                 _LOWERCASE_HINT,
-                _lowercased),
+                _vocab(split=lambda s: s.lower().split())),
     ],
 ))
 
@@ -204,14 +175,6 @@ def _known_or_unk(vocab, token):
     return [vocab.get(token, vocab[UNK])]
 
 
-def _lowercased_or_unk(vocab, token):
-    return [vocab.get(token.lower(), vocab[UNK])]
-
-
-def _added_to_vocab(vocab, token):
-    return [vocab.setdefault(token, len(vocab))]
-
-
 register(Exercise(
     name="encode",
     contract=Contract(text=("sentence",), base=1),
@@ -245,11 +208,11 @@ register(Exercise(
                 _encoder(_known_or_unk, split=lambda s: s.split(" "))),
         Mistake("tokens lowercased",
                 _LOWERCASE_HINT,
-                _encoder(_lowercased_or_unk)),
+                _encoder(lambda vocab, token: [vocab.get(token.lower(), vocab[UNK])])),
         Mistake("unknown words added to the vocab",
                 "encode only reads the vocab: an unknown word becomes vocab['<unk>']; a new id "
                 "would change the caller's dict and have no row in the embedding table",
-                _encoder(_added_to_vocab)),
+                _encoder(lambda vocab, token: [vocab.setdefault(token, len(vocab))])),
     ],
 ))
 

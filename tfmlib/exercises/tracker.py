@@ -17,6 +17,7 @@ attention that notebook 05 checks as a demo does not count as the learner's atte
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -118,22 +119,15 @@ def _write(path: str, entries: dict) -> None:
         raise
 
 
-class _locked:
+@contextlib.contextmanager
+def _locked(path: str):
     """An exclusive lock on `path + ".lock"` for one read-modify-write (POSIX only)."""
-
-    def __init__(self, path: str):
-        self.lock_path = path + ".lock"
-        self.file = None
-
-    def __enter__(self):
-        if fcntl is not None:
-            self.file = open(self.lock_path, "a")
-            fcntl.flock(self.file, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        if self.file is not None:
-            self.file.close()  # closing releases the lock
+    if fcntl is None:
+        yield
+        return
+    with open(path + ".lock", "a") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
 
 
 # ---- the view ---------------------------------------------------------------------------------
@@ -210,11 +204,9 @@ class Progress:
 
     def _repr_html_(self) -> str:
         labels = _LABELS[self.lang]
-        cells = []
-        for row in self.rows:
-            cells.append(f"<tr><td>{html.escape(row.notebook)}</td><td><code>{html.escape(row.exercise)}"
-                         f"</code></td><td style='color:{_COLOUR[row.state]}'><b>{labels['tag'][row.state]}</b></td>"
-                         f"<td style='text-align:left'>{html.escape(row.note)}</td></tr>")
+        cells = [f"<tr><td>{html.escape(row.notebook)}</td><td><code>{html.escape(row.exercise)}"
+                 f"</code></td><td style='color:{_COLOUR[row.state]}'><b>{labels['tag'][row.state]}</b></td>"
+                 f"<td style='text-align:left'>{html.escape(row.note)}</td></tr>" for row in self.rows]
         headers = "".join(f"<th>{html.escape(header)}</th>" for header in labels["headers"])
         return f"<p>{html.escape(self._summary())}</p><table><tr>{headers}</tr>{''.join(cells)}</table>"
 

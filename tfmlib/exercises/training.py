@@ -40,16 +40,12 @@ def _bos_eos() -> torch.Tensor:
     return make_batch("reverse", 1, 0, 0, True, torch.Generator().manual_seed(0))[1]
 
 
-def _pad_labels_as_minus_100(tgt):
-    labels = tgt[:, 1:].clone()
-    labels[labels == PAD_ID] = -100
-    return tgt[:, :-1], labels
-
-
-def _pad_labels_as_minus_100_in_place(tgt):
-    labels = tgt[:, 1:]                     # a view: the next line writes into tgt itself
-    labels[labels == PAD_ID] = -100
-    return tgt[:, :-1], labels
+def _pad_labels_as_minus_100(*, in_place=False):
+    def variant(tgt):
+        labels = tgt[:, 1:] if in_place else tgt[:, 1:].clone()  # a view: the next line writes into tgt
+        labels[labels == PAD_ID] = -100
+        return tgt[:, :-1], labels
+    return variant
 
 
 register(Exercise(
@@ -78,11 +74,11 @@ register(Exercise(
         Mistake("pad labels set to -100 (Hugging Face's ignore index)",
                 "this course's sequence_loss skips PAD_ID (ignore_index=PAD_ID), not -100: return "
                 "tgt[:, 1:] as it is",
-                _pad_labels_as_minus_100),
+                _pad_labels_as_minus_100()),
         Mistake("labels edited in place: tgt[:, 1:] is a view, so the caller's tgt changed too",
                 "a slice shares memory with tgt, so writing into it edits the caller's batch; return "
                 "tgt[:, 1:] as it is (sequence_loss skips PAD_ID, not -100)",
-                _pad_labels_as_minus_100_in_place),
+                _pad_labels_as_minus_100(in_place=True)),
     ],
 ))
 
@@ -258,9 +254,7 @@ def _smoothing_variant(convention="torch", reduction="mean over kept", log_probs
             log_p = logits - torch.log(torch.exp(logits).sum(dim=-1, keepdim=True))
         else:
             log_p = logits.log_softmax(dim=1 if log_probs == "axis 1" else -1)
-        kept = labels != ignore_index
-        if score_padding:
-            kept = torch.ones_like(kept)
+        kept = torch.ones_like(labels, dtype=torch.bool) if score_padding else labels != ignore_index
         target = _target_distribution(log_p, labels.masked_fill(~kept, 0), smoothing, convention,
                                       ignore_index)
         per_position = -(target * log_p).sum(dim=-1)                              # (...)

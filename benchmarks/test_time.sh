@@ -29,7 +29,7 @@ started="$(date -u '+%Y-%m-%d %H:%M UTC')"
 # Each line of the log is stamped with the seconds since the start, so the phases can be read off.
 SECONDS=0
 # STAGE_TIME: the Makefile times each stage (installs, unit + browser, notebooks, other CPU
-# kernels, hub); TFMLIB_STAGE_CPU: the test processes split unit from browser (tests/conftest.py).
+# kernels, hub); TFMLIB_STAGE_CPU: the browser tests' share of theirs (tests/conftest.py).
 STAGE_CPU="$WORK/stage-cpu.jsonl"
 ( cd "$WORK/course" && CI=true STAGE_TIME=1 TFMLIB_STAGE_CPU="$STAGE_CPU" \
     /usr/bin/time -f 'TIME wall %e s, user %U s, sys %S s' bash .ci/run ) 2>&1 \
@@ -51,16 +51,13 @@ for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
     m = re.search(r"STAGE (.+?): wall ([0-9.]+) s; user ([0-9.]+) s; sys ([0-9.]+) s", line)
     if m:
         totals[m[1]] = totals.get(m[1], 0.0) + float(m[3]) + float(m[4])
-split = {"unit": 0.0, "browser": 0.0}
+browser = 0.0
 try:
-    for line in open(sys.argv[2], encoding="utf-8"):
-        for key, value in json.loads(line).items():
-            split[key] += value
+    browser = sum(json.loads(line)["browser"] for line in open(sys.argv[2], encoding="utf-8"))
 except OSError:
     pass
-parts = [f"{name} {seconds:.0f} s" + (f" (of which the browser tests {split['browser']:.0f} s, the others "
-                                       f"{split['unit']:.0f} s, as the test processes count)"
-                                       if name == "unit + browser" and any(split.values()) else "")
+parts = [f"{name} {seconds:.0f} s" + (f" (the browser tests {browser:.0f} s, the others {seconds - browser:.0f} s)"
+                                       if name == "unit + browser" and browser else "")
          for name, seconds in totals.items()]
 print("; ".join(parts) if parts else "not recorded")
 PY

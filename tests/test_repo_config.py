@@ -5,6 +5,7 @@ and pyproject.toml (the tfmlib package) are edited by hand; these tests catch
 them drifting apart, e.g. a version bumped in one file but not the other.
 """
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -145,6 +146,18 @@ def test_pyproject_dependencies_satisfied_by_pins():
         assert dep.specifier.contains(version, prereleases=True), (
             f"pyproject wants {dep}, requirements.txt pins {version}"
         )
+
+
+def test_make_test_times_each_stage_only_when_asked():
+    # make test-timed (benchmarks/test_time.sh) sets STAGE_TIME; nobody else pays for /usr/bin/time
+    untimed = {key: value for key, value in os.environ.items() if key != "STAGE_TIME"}
+    plain = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True,
+                           check=True, env=untimed).stdout
+    timed = subprocess.run(["make", "-n", "-B", "test", "STAGE_TIME=1"], cwd=ROOT, capture_output=True,
+                           text=True, check=True, env=untimed).stdout
+    assert "/usr/bin/time" not in plain
+    assert set(re.findall(r"'STAGE ([^:]+):", timed)) == {"installs", "unit + browser", "notebooks",
+                                                          "other CPU kernels"}
 
 
 def test_make_test_spreads_the_tests_over_the_cores_and_lists_the_slowest():

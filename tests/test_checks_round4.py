@@ -457,8 +457,19 @@ def residual_calling_its_sublayer_twice(x, sublayer, norm, norm_first=False):
     return ln(x + sublayer(x))
 
 
-def test_a_residual_calling_its_sublayer_twice_is_named_on_the_sublayer_with_dropout():
-    result = check("residual_sublayer", residual_calling_its_sublayer_twice)
+def residual_calling_its_sublayer_again_after(x, sublayer, norm, norm_first=False):
+    """The fifth trial's answer: the first call's output kept, a second call thrown away (one step
+    alone gives the reference's output; the next step's mask is the wrong one)."""
+    def ln(t):
+        return layer_norm(t, norm["gamma"], norm["beta"])
+    out = x + sublayer(ln(x)) if norm_first else ln(x + sublayer(x))
+    sublayer(ln(x) if norm_first else x)
+    return out
+
+
+@pytest.mark.parametrize("answer", [residual_calling_its_sublayer_twice, residual_calling_its_sublayer_again_after])
+def test_a_residual_calling_its_sublayer_twice_is_named_on_the_sublayer_with_dropout(answer):
+    result = check("residual_sublayer", answer)
     assert result.mistake == "the sublayer called twice" and "dropout inside" in result.details, str(result)
 
 

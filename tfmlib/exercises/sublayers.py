@@ -578,7 +578,17 @@ def _residual_cases() -> list[Case]:
             _residual_case("Post-LN, a sublayer with dropout inside: call it once", (2, 5, 6), False, g,
                            dropout=True),
             _residual_case("Pre-LN, a sublayer with dropout inside: call it once", (2, 5, 6), True, g,
-                           dropout=True)]
+                           dropout=True),
+            *(_two_steps(_residual_case(f"{name}, a sublayer with dropout inside, two steps in a row: "
+                                        "call it once per step", (2, 5, 6), norm_first, g, dropout=True))
+              for name, norm_first in (("Post-LN", False), ("Pre-LN", True)))]
+
+
+def _two_steps(case: Case) -> Case:
+    """The case called twice with the same sublayer, as a training loop does: a residual that
+    calls the sublayer a second time and keeps the first output draws the second step's mask
+    from where the reference has gone past."""
+    return dataclasses.replace(case, first=case)
 
 
 def _ln(x, norm):
@@ -599,11 +609,15 @@ def _residual_variant(post=_post_ln, pre=_pre_ln):
     return variant
 
 
-def _sublayer_called_twice(in_post=True, in_pre=True):
+def _sublayer_called_twice(in_post=True, in_pre=True, keep_first=False):
     def variant(x, sublayer, norm, norm_first=False):
-        if in_pre if norm_first else in_post:
+        twice = in_pre if norm_first else in_post
+        if twice and not keep_first:
             sublayer(_ln(x, norm) if norm_first else x)  # a first call whose output is thrown away
-        return _residual_variant()(x, sublayer, norm, norm_first)
+        out = _residual_variant()(x, sublayer, norm, norm_first)
+        if twice and keep_first:
+            sublayer(_ln(x, norm) if norm_first else x)  # a second call whose output is thrown away
+        return out
     return variant
 
 
@@ -648,7 +662,10 @@ register(Exercise(
                 "call the sublayer once and use its output: each call of a sublayer with dropout "
                 "inside draws a new mask (and each costs a whole attention or FFN)",
                 _sublayer_called_twice(),
-                also=(_sublayer_called_twice(in_pre=False), _sublayer_called_twice(in_post=False))),
+                # in one of the two norms only; or the second call's output thrown away instead
+                also=tuple(_sublayer_called_twice(in_post, in_pre, keep_first) for keep_first in (False, True)
+                           for in_post, in_pre in ((True, False), (False, True), (True, True))
+                           if keep_first or not (in_post and in_pre))),
         Mistake("x overwritten in place (x += ...)",
                 "write x + sublayer(...), a new tensor: x += ... changes the caller's x, which "
                 "the residual path and autograd still need",

@@ -70,11 +70,12 @@ def pytest_xdist_node_collection_finished(node, ids):
                         "that requirements.txt pins", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
-# `make test-timed` sets TFMLIB_STAGE_CPU to a file: each process adds there the CPU time of its
-# browser tests, so that the report can split the one pytest call that runs them with the others.
+# `make test-timed` sets TFMLIB_STAGE_CPU to a file: each process adds there the CPU time of each
+# test file (setup, call and teardown of its tests), so that the report can name what a stage's
+# time is spent on and split the one pytest call that runs the browser tests with the others.
 # Counted with every live descendant (the Jupyter server, its kernels, Chromium), not only the
 # reaped children: those live on across tests.
-_BROWSER_CPU = [0.0]
+_FILE_CPU: dict[str, float] = {}
 
 
 def _cpu_seconds() -> float:
@@ -89,20 +90,21 @@ def _cpu_seconds() -> float:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    if not os.environ.get("TFMLIB_STAGE_CPU") or "tests/browser/" not in item.nodeid.replace(os.sep, "/"):
+    if not os.environ.get("TFMLIB_STAGE_CPU"):
         return (yield)
     start = _cpu_seconds()
     try:
         return (yield)
     finally:
-        _BROWSER_CPU[0] += _cpu_seconds() - start
+        path = item.nodeid.split("::")[0]
+        _FILE_CPU[path] = _FILE_CPU.get(path, 0.0) + _cpu_seconds() - start
 
 
 def pytest_sessionfinish(session):
     path = os.environ.get("TFMLIB_STAGE_CPU")
-    if path and _BROWSER_CPU[0]:
+    if path and _FILE_CPU:
         with open(path, "a", encoding="utf-8") as file:
-            file.write(json.dumps({"browser": _BROWSER_CPU[0]}) + "\n")
+            file.write(json.dumps({"files": _FILE_CPU}) + "\n")
 
 
 @pytest.fixture(params=DEVICES)

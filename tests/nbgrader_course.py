@@ -25,6 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = ("01_shapes", "04_masks")
 POINTS = {"target_mask": 2}                       # the teacher's override; 1 point for the others
 FORBIDDEN_CALLS = {"target_mask": ["torch.tril"]}  # the teacher's addition to tfmlib's table
+# An answer that never returns, as a learner's loop whose condition never changes: the cell timeout
+# interrupts it. It waits rather than spins, so that the timeout's wait costs the test run no CPU.
+LOOPS = "    import time\n    while True:\n        time.sleep(0.1)"
 FULL = {"01_shapes": {"broadcast_shape": 1}, "04_masks": {"padding_mask": 1, "causal_mask": 1, "target_mask": 2}}
 
 _spec = importlib.util.spec_from_file_location("make_nbgrader_course",

@@ -40,7 +40,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nbgrader_course import ASSIGNMENTS, FULL, build_commands, course_copy, make_course
+from nbgrader_course import ASSIGNMENTS, FULL, LOOPS, build_commands, course_copy, make_course
 
 REPO = Path(__file__).resolve().parent.parent
 TEACHER_BIN = Path(os.environ.get("TFMLIB_TEACHER_VENV", REPO / ".venv-teacher")) / "bin"
@@ -108,7 +108,6 @@ WRONG = {
     "broadcast_shape": "    return tuple(max(x, y) for x, y in zip(shape_a, shape_b))",
     "causal_mask": "    return torch.ones(seq_len, seq_len, dtype=torch.bool).triu()[None, None]",
 }
-LOOPS = "    while True:\n        pass"
 # Answers that are not the learner's own work, and what their feedback must say.
 CHEATS = {
     "padding_mask": ("    from tfmlib.masks import padding_mask as pm\n    return pm(token_ids, pad_id)",

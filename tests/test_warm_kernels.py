@@ -24,7 +24,7 @@ import nbformat
 import pytest
 
 from benchmarks.autograde import TEACHER_BIN, grader_env
-from nbgrader_course import FULL, course_copy, make_course
+from nbgrader_course import FULL, LOOPS, course_copy, make_course
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "04_masks"
@@ -81,7 +81,7 @@ def submissions(course: Path) -> None:
             begin, end = (next(i for i, line in enumerate(lines) if marker in line)
                           for marker in ("BEGIN SOLUTION", "END SOLUTION"))
             right[cell.metadata.nbgrader.grade_id] = "\n".join(lines[begin + 1:end])
-    learners = {"a_loops": {**right, "padding_mask-answer": "    while True:\n        pass"},
+    learners = {"a_loops": {**right, "padding_mask-answer": LOOPS},
                 "b_raises": {name: "    raise RuntimeError(\"a learner's bug\")" for name in right},
                 "c_honest": right}
     for student, answers in learners.items():

@@ -29,7 +29,7 @@ started="$(date -u '+%Y-%m-%d %H:%M UTC')"
 # Each line of the log is stamped with the seconds since the start, so the phases can be read off.
 SECONDS=0
 # STAGE_TIME: the Makefile times each stage (installs, unit + browser, notebooks, other CPU
-# kernels, hub); TFMLIB_STAGE_CPU: the browser tests' share of theirs (tests/conftest.py).
+# kernels, hub); TFMLIB_STAGE_CPU: each test file's share of the unit + browser stage (tests/conftest.py).
 STAGE_CPU="$WORK/stage-cpu.jsonl"
 ( cd "$WORK/course" && CI=true STAGE_TIME=1 TFMLIB_STAGE_CPU="$STAGE_CPU" \
     /usr/bin/time -f 'TIME wall %e s, user %U s, sys %S s' bash .ci/run ) 2>&1 \
@@ -51,17 +51,23 @@ for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
     m = re.search(r"STAGE (.+?): wall ([0-9.]+) s; user ([0-9.]+) s; sys ([0-9.]+) s", line)
     if m:
         totals[m[1]] = totals.get(m[1], 0.0) + float(m[3]) + float(m[4])
-browser = 0.0
+files = {}
 try:
-    browser = sum(json.loads(line)["browser"] for line in open(sys.argv[2], encoding="utf-8"))
+    for line in open(sys.argv[2], encoding="utf-8"):
+        for path, seconds in json.loads(line)["files"].items():
+            files[path] = files.get(path, 0.0) + seconds
 except OSError:
     pass
+browser = sum(seconds for path, seconds in files.items() if path.startswith("tests/browser/"))
 parts = [f"{name} {seconds:.0f} s" + (f" (the browser tests {browser:.0f} s, the others {seconds - browser:.0f} s)"
                                        if name == "unit + browser" and browser else "")
          for name, seconds in totals.items()]
 print("; ".join(parts) if parts else "not recorded")
+print("\n".join(f"{seconds:7.1f} s  {path}" for path, seconds in sorted(files.items(), key=lambda f: -f[1])[:15]))
 PY
 )"
+by_file="$(echo "$stages" | tail -n +2)"
+stages="$(echo "$stages" | head -n 1)"
 slowest="$(grep -A 15 -E '=+ slowest [0-9]+ durations =+' "$LOG" | sed -E 's/^\[ *[0-9]+ s\] //' \
     | grep -E '^[0-9.]+s ' || true)"
 
@@ -72,6 +78,13 @@ report="## $started, commit $commit: $([ "$status" -eq 0 ] && echo passed || ech
 - load average (1/5/15 min) before: $load_before, after: $load_after
 - $phases
 - CPU (user + sys) per stage: $stages
+
+CPU (user + sys) of the unit + browser stage's costliest test files, each with its fixtures and
+every process they ran:
+
+\`\`\`
+$by_file
+\`\`\`
 
 Slowest tests (the first 15 of each pytest call's --durations):
 

@@ -399,6 +399,29 @@ def test_reverse_widget_is_readable_for_short_and_long_inputs(digits):
         assert shown == [str(i % 10) for i in range(digits)]
 
 
+@pytest.mark.parametrize("digits", [24, 27, 31])
+def test_reverse_widget_of_a_long_input_keeps_classroom_tiles(digits):
+    """The old fault: the map's box was fixed, so past about 25 tokens its tiles fell below the
+    classroom minimum (31 digits: 13 px). The figure grows instead, within the column, and
+    the still that the notebook shows (`plot_cross_attention_mean`) with it."""
+    config = ModelConfig(d_model=16, num_heads=2, d_ff=32, num_layers=1)    # max_len 32
+    params = init_model(config, torch.Generator().manual_seed(0))
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5"])
+    short = explorer.frames.size
+    text = " ".join(str(i % 10) for i in range(digits))
+    explorer.update(text=text)
+    assert classroom_problems(explorer.fig) == [], f"{digits} digits"
+    _assert_readable_labels(explorer, explorer.ax, f"reverse widget, {digits} digits")
+    width, height = explorer.frames.size
+    assert height > short[1] and width <= style.COLUMN_PX
+    assert (int(explorer.picture.width), int(explorer.picture.height)) == (width, height)
+    explorer.update(text="3 1 4 1 5")                  # back to the short input's frame
+    assert explorer.frames.size == short
+    fig = tr_viz.plot_cross_attention_mean(params, config, text)
+    assert classroom_problems(fig) == [] and lint_figure(fig) == [], f"{digits} digits"
+    matplotlib.pyplot.close(fig)
+
+
 def test_reverse_widget_says_what_the_model_was_trained_on(tiny_model):
     params, config = tiny_model
     explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5"], trained_on=(3, 10))

@@ -628,6 +628,23 @@ def test_experiment_overlay_gives_each_task_its_own_panels():
     assert_readable(explorer, "overlay of both tasks")
 
 
+def test_experiment_overlay_shows_a_run_lying_under_another():
+    """The old fault: in the overlay every run was drawn as wide as the next, so "sum" lay
+    hidden under "sum, no positions" at an exact match of 0 once both were chosen. A run
+    under later ones is widened for each of them, and set back when they are not shown."""
+    names = ["baseline", "sum", "sum, no positions"]
+    explorer = tr_viz.ExperimentOverlay(_lab_records(names, zero=names[1:]), names, selected=("sum",))
+    under = explorer.lines["sum"][0][2]                            # seed 0's exact match
+    alone = (under.get_linewidth(), under.get_markersize())
+    explorer.update(names=names)
+    assert not any("hidden" in p for p in lint_figure(explorer.fig))
+    over = explorer.lines["sum, no positions"][1][2]               # the last run drawn at 0
+    assert under.get_linewidth() > over.get_linewidth() and under.get_markersize() > over.get_markersize()
+    assert_readable(explorer, "overlay of two runs at 0")
+    explorer.update(names=["sum"])
+    assert (under.get_linewidth(), under.get_markersize()) == alone
+
+
 def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):
     names = ["baseline", "no positions", "1 head"]
     explorer = tr_viz.ExperimentOverlay(lab_results, names, selected=("baseline",))

@@ -400,6 +400,8 @@ def _lab_axes(fig, mse: bool = False) -> dict:
 
 #: Faded: the experiments a figure shows for context, beside the ones its claim compares.
 FADED_ALPHA = 0.25
+#: How much wider a run's line, and larger its markers, for each run drawn over the same points.
+UNDER_WIDTH, UNDER_MARKER = 1.2, 2.5
 
 
 def _record_lines(panels: dict, name: str, record: dict, dashes: str, under: int = 0,
@@ -418,10 +420,10 @@ def _record_lines(panels: dict, name: str, record: dict, dashes: str, under: int
     alpha = FADED_ALPHA if faded else 1.0
     raw, = ax.plot(record["step"], record["loss"], "-", color=color, linewidth=0.8, alpha=0.3 * alpha)
     smooth, = ax.plot(record["step"], smoothed(record["loss"]), dashes, color=color,
-                      linewidth=1.6 + 1.2 * under, alpha=alpha)
+                      linewidth=1.6 + UNDER_WIDTH * under, alpha=alpha)
     match, = panels["match"].plot(record["eval_step"], record["exact_match"], dashes,
-                                  marker=style.experiment_marker(name), markersize=4 + 2.5 * under,
-                                  color=color, linewidth=1.5 + 1.2 * under, alpha=alpha)
+                                  marker=style.experiment_marker(name), markersize=4 + UNDER_MARKER * under,
+                                  color=color, linewidth=1.5 + UNDER_WIDTH * under, alpha=alpha)
     return raw, smooth, match
 
 
@@ -512,7 +514,9 @@ class ExperimentOverlay(Explorer):
     """Pick experiments -> their learning curves overlaid, from results already computed.
 
     No training on a click: every line of every run is drawn once when the widget is built;
-    `update(names=...)` only shows the chosen ones and makes a new legend. Each experiment
+    `update(names=...)` only shows the chosen ones, widens a line that lies under a later one
+    (`_uncover`: "sum" and "sum, no positions" both at an exact match of 0) and makes a new
+    legend. Each experiment
     keeps its colour (`style.EXPERIMENT_COLOURS`), as in `plot_experiments`. The axes keep
     the limits of all runs, so their tick labels, the slow part of a draw, stay in the cached
     background (see `Frames`). `lines[name]` holds the (raw loss, smoothed loss, exact-match)
@@ -550,6 +554,11 @@ class ExperimentOverlay(Explorer):
         self.legend = self.match_ax.legend(handles=[])
         self.legend.set_visible(False)
         moving = [line for runs in self.lines.values() for run in runs for line in run]
+        # The smoothed loss and the exact match of each run, in drawing order, with their
+        # widths and marker sizes as drawn alone, and their points in pixels (`_uncover`).
+        self.strong = [line for runs in self.lines.values() for run in runs for line in run[1:]]
+        self.alone = {line: (line.get_linewidth(), line.get_markersize()) for line in self.strong}
+        self.pixels = {}
         self.hint = widgets.HTML("Ctrl-click (Cmd-click on a Mac) picks several experiments.")
         self._build(fig, moving + [self.legend], [self.choice],
                     [widgets.HBox([self.choice, self.hint])])
@@ -566,7 +575,26 @@ class ExperimentOverlay(Explorer):
             for run in runs:
                 for line in run:
                     line.set_visible(name in chosen)
+        self._uncover()
         legend = _lab_legend(self.match_ax, chosen, self.seeds)
         moving = self.frames.moving
         moving[moving.index(self.legend)] = self.legend = legend  # the new legend moves instead
         self._show(start, background="all runs")
+
+    def _uncover(self) -> None:
+        """Give each shown line as many steps of width and marker size as there are shown lines
+        drawn after it over the same points, as `plot_experiments` does (`_record_lines`,
+        `under`): a run under another still shows around it. The axes' limits never change,
+        so each line's points are turned into pixels once."""
+        shown = [line for line in self.strong if line.get_visible()]
+        for line in shown:
+            if line not in self.pixels:
+                self.pixels[line] = line.get_transform().transform(line.get_xydata().astype(float))
+        for i, line in enumerate(shown):
+            points = self.pixels[line]
+            under = sum(other.axes is line.axes and len(self.pixels[other]) == len(points)
+                        and bool(np.all(np.abs(self.pixels[other] - points) <= 1.0))
+                        for other in shown[i + 1:])
+            width, size = self.alone[line]
+            line.set_linewidth(width + UNDER_WIDTH * under)
+            line.set_markersize(size + UNDER_MARKER * under)

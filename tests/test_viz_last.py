@@ -129,40 +129,48 @@ def _map_extent_px(ax) -> tuple[float, float, float, float]:
     return min(px0, px1), min(py0, py1), max(px0, px1), max(py0, py1)
 
 
-def _lowest_drawn_px(fig) -> float:
-    """Pixels from the canvas' bottom to the lowest text or axes drawn."""
+def _drawn_boxes(fig) -> list:
+    """The boxes of every text and axes drawn on the canvas, in pixels."""
     renderer = fig.canvas.get_renderer()
     texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text()]
-    boxes = [t.get_window_extent(renderer) for t in texts] + [ax.get_window_extent(renderer)
-                                                              for ax in fig.axes]
-    return min(box.y0 for box in boxes)
+    return [t.get_window_extent(renderer) for t in texts] + [ax.get_window_extent(renderer)
+                                                             for ax in fig.axes]
 
 
-def test_stack_widget_canvas_follows_the_layers_shown(stack):
-    """The old fault: the canvas kept the height of three layers, so fewer layers left its
-    bottom empty. On a stack whose target is its source (same length, same tokens), every
-    setting of the sentence with the longest token ends just under the keys' axis name, and
-    one more layer adds one layer of tiles."""
-    tokens_x = ed_viz.StackAttention(
-        stack.x, stack.src_mask, stack.x, stack.src_mask & causal_mask(stack.x.size(1)),
-        stack.encoder_layers, stack.decoder_layers, stack.sample_names, stack.src_tokens,
-        stack.src_tokens)
-    explorer = ed_viz.StackAttentionExplorer(tokens_x)
-    heights, cells = [], []
-    for layers in (1, 2, 3):
-        for heads in (1, 4):
-            for kind in ed_viz.KINDS:
-                explorer.update(layers=layers, heads=heads, kind=kind, sample=2)   # "attention"
-                where = f"{layers} layer(s), {heads} head(s), {kind}"
-                assert _lowest_drawn_px(explorer.fig) <= 10, where       # no empty band below
-                x0, y0, x1, y1 = _map_extent_px(explorer.view.ax)
-                title = explorer.view.title.get_window_extent(explorer.fig.canvas.get_renderer())
-                assert 0 < title.y0 - y1 <= 40, where                   # right under the title
-                cells.append((y1 - y0) / explorer.image.get_array().shape[0])
-        heights.append(explorer.frames.size[1])
-    one_layer = (tokens_x.x.size(1) + 1) * np.mean(cells)                # its rows and the gap
-    np.testing.assert_allclose(np.diff(heights), one_layer, atol=1.5)
-    np.testing.assert_allclose(cells, cells[0], atol=0.05)               # one cell size throughout
+def test_stack_widget_canvas_fits_what_each_setting_draws(stack):
+    """The old faults: the canvas kept room below for the stack's longest token (a target
+    word, under a source map too) and for its longest sequence (7 decoder rows on a canvas
+    made for 8), and the width of four heads beside one. Now in every setting the drawing
+    ends just above the canvas' bottom and just left of its right edge, the title sits right
+    above the map, every tile has one size, and one more layer adds one layer of tiles."""
+    explorer = ed_viz.StackAttentionExplorer(stack)
+    cells = []
+    for kind in ed_viz.KINDS:
+        for sample in range(3):
+            for heads in (1, 4):
+                heights = []
+                for layers in (1, 2, 3):
+                    explorer.update(layers=layers, heads=heads, kind=kind, sample=sample)
+                    where = f"{layers} layer(s), {heads} head(s), {kind}, sample {sample}"
+                    explorer.fig.canvas.draw()       # a full draw: every box where the frame has it
+                    width, height = explorer.frames.size
+                    boxes = _drawn_boxes(explorer.fig)
+                    assert min(box.y0 for box in boxes) <= 10, where             # no empty band below
+                    assert max(box.x1 for box in boxes) >= width - 10, where      # nor on the right
+                    x0, y0, x1, y1 = _map_extent_px(explorer.view.ax)
+                    title = explorer.view.title.get_window_extent(explorer.fig.canvas.get_renderer())
+                    assert 0 < title.y0 - y1 <= 40, where                         # right under the title
+                    rows = explorer.image.get_array().shape[0]
+                    cells.append((y1 - y0) / rows)
+                    heights.append((height, rows))
+                (h1, r1), (h2, r2), (h3, r3) = heights
+                one_layer = (r2 - r1) * np.mean(cells)                            # its rows and the gap
+                query_name = explorer.view.row_name.get_text()
+                if h1 > explorer.view.min_height_in(query_name) * style.DPI + 1:  # not the least height
+                    np.testing.assert_allclose([h2 - h1, h3 - h2], one_layer, atol=1.5)
+                else:
+                    np.testing.assert_allclose(h3 - h2, one_layer, atol=1.5)
+    np.testing.assert_allclose(cells, cells[0], atol=0.05)                        # one cell size throughout
 
 
 def test_stack_widget_colour_bar_spans_the_map_and_tiles_meet_the_classroom_minimum(stack):
@@ -236,10 +244,13 @@ def test_stack_widget_causal_tiles_grey_the_future(stack):
 
 
 def test_stack_static_figure(stack):
+    """The still is drawn as the widget's frame is: its canvas fits the map (the inline
+    backend's crop hid the empty band below; a saved figure or a slide kept it)."""
     fig = ed_viz.plot_stack_attention(stack, num_layers=2, num_heads=4,
                                       kind="decoder cross-attention", sample=1)
     assert fig.axes[0].get_images()[0].get_array().shape == (15, 35, 4)
     assert_readable(fig, "plot_stack_attention")
+    assert min(box.y0 for box in _drawn_boxes(fig)) <= 10
     matplotlib.pyplot.close(fig)
 
 
@@ -386,6 +397,29 @@ def test_reverse_widget_is_readable_for_short_and_long_inputs(digits):
         _assert_readable_labels(explorer, explorer.ax, f"reverse widget, {digits} digits, head {head}")
         shown = [t.get_text() for t in explorer.view.cols if t.get_visible()]
         assert shown == [str(i % 10) for i in range(digits)]
+
+
+@pytest.mark.parametrize("digits", [24, 27, 31])
+def test_reverse_widget_of_a_long_input_keeps_classroom_tiles(digits):
+    """The old fault: the map's box was fixed, so past about 25 tokens its tiles fell below the
+    classroom minimum (31 digits: 13 px). The figure grows instead, within the column, and
+    the still that the notebook shows (`plot_cross_attention_mean`) with it."""
+    config = ModelConfig(d_model=16, num_heads=2, d_ff=32, num_layers=1)    # max_len 32
+    params = init_model(config, torch.Generator().manual_seed(0))
+    explorer = tr_viz.ReverseExplorer(params, config, ["3 1 4 1 5"])
+    short = explorer.frames.size
+    text = " ".join(str(i % 10) for i in range(digits))
+    explorer.update(text=text)
+    assert classroom_problems(explorer.fig) == [], f"{digits} digits"
+    _assert_readable_labels(explorer, explorer.ax, f"reverse widget, {digits} digits")
+    width, height = explorer.frames.size
+    assert height > short[1] and width <= style.COLUMN_PX
+    assert (int(explorer.picture.width), int(explorer.picture.height)) == (width, height)
+    explorer.update(text="3 1 4 1 5")                  # back to the short input's frame
+    assert explorer.frames.size == short
+    fig = tr_viz.plot_cross_attention_mean(params, config, text)
+    assert classroom_problems(fig) == [] and lint_figure(fig) == [], f"{digits} digits"
+    matplotlib.pyplot.close(fig)
 
 
 def test_reverse_widget_says_what_the_model_was_trained_on(tiny_model):
@@ -592,6 +626,23 @@ def test_experiment_overlay_gives_each_task_its_own_panels():
         assert all(line.axes in (panels["loss"], panels["match"]) for run in explorer.lines[name] for line in run)
     explorer.update(names=names)                                  # "select all": no task mixed
     assert_readable(explorer, "overlay of both tasks")
+
+
+def test_experiment_overlay_shows_a_run_lying_under_another():
+    """The old fault: in the overlay every run was drawn as wide as the next, so "sum" lay
+    hidden under "sum, no positions" at an exact match of 0 once both were chosen. A run
+    under later ones is widened for each of them, and set back when they are not shown."""
+    names = ["baseline", "sum", "sum, no positions"]
+    explorer = tr_viz.ExperimentOverlay(_lab_records(names, zero=names[1:]), names, selected=("sum",))
+    under = explorer.lines["sum"][0][2]                            # seed 0's exact match
+    alone = (under.get_linewidth(), under.get_markersize())
+    explorer.update(names=names)
+    assert not any("hidden" in p for p in lint_figure(explorer.fig))
+    over = explorer.lines["sum, no positions"][1][2]               # the last run drawn at 0
+    assert under.get_linewidth() > over.get_linewidth() and under.get_markersize() > over.get_markersize()
+    assert_readable(explorer, "overlay of two runs at 0")
+    explorer.update(names=["sum"])
+    assert (under.get_linewidth(), under.get_markersize()) == alone
 
 
 def test_experiment_overlay_shows_only_the_chosen_runs(lab_results):

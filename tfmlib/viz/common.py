@@ -252,11 +252,15 @@ def _renderer(fig):
     return canvas.get_renderer() if hasattr(canvas, "get_renderer") else fig._get_renderer()
 
 
-def place_axis_names(ax, row_labels, col_labels, row_name, col_name, gap_px: float = 4.0) -> None:
+def place_axis_names(ax, row_labels, col_labels, row_name, col_name, gap_px: float = 4.0,
+                     below_top: bool = False) -> None:
     """Put the axis names `row_name` (left, turned) and `col_name` (below) next to the token
     labels `row_labels`, `col_labels` (texts beside the rows, under the columns) of a map on
     `ax`, `gap_px` beyond the longest one: close to what they name, wherever a map of
-    square cells (aspect "equal") puts its box. Call after the labels are set."""
+    square cells (aspect "equal") puts its box. Call after the labels are set.
+
+    A row name longer than the map slides down, its top at the canvas' top, or with
+    `below_top` at the map's top (a title spanning the canvas above the map keeps clear)."""
     fig = ax.figure
     ax.apply_aspect()                                # the box that the draw will use
     renderer = _renderer(fig)
@@ -271,6 +275,6 @@ def place_axis_names(ax, row_labels, col_labels, row_name, col_name, gap_px: flo
                  rotation=90)
     # A name longer than a short map is centred on it no more: slid down into the canvas.
     half = row_name.get_window_extent(renderer).height / 2
-    centre = min((box.y0 + box.y1) / 2, height - half - gap_px)
+    centre = min((box.y0 + box.y1) / 2, (box.y1 if below_top else height - gap_px) - half)
     row_name.set_y(max(centre, half + gap_px) / height)
     col_name.set(position=((box.x0 + box.x1) / 2 / width, bottom / height), ha="center", va="top")

@@ -5,7 +5,7 @@ stack and returns each layer's weights (from tfmlib's `stack_attention_weights`)
 `plot_stack_attention` draws them for a static figure, `StackAttentionExplorer` lets the
 learner change the number of layers, heads, the sentence and which attention to look at.
 Both draw through `StackPicture`: one image of tiles (a row per layer, a column per head),
-tokens on both axes, masked keys grey, on a canvas as tall as the layers shown.
+tokens on both axes, masked keys grey, on a canvas that fits what the setting draws.
 """
 from __future__ import annotations
 
@@ -27,16 +27,20 @@ KINDS = {"encoder self-attention": "encoder",
          "decoder cross-attention": "decoder_cross"}
 HEAD_CHOICES = (1, 2, 4)   # 4 heads of 8 keys still leave room for a token under every column
 MAX_LAYERS = 3             # 3 layers of tiles: a canvas 6.5 inches tall, a laptop's screen
-FIGSIZE = (style.COLUMN_IN, 5.8)   # until `StackPicture.fit` sets the height for the layers shown
-# The axes' box across the canvas, in figure fractions: room on the left for the query tokens,
-# right for the layer names and the colour bar. 4 heads of 8 keys (35 columns of cells) fill
-# its width with cells of the classroom size (style.CLASSROOM_CELL_PX). Its height is as many
-# cells as the layers shown have rows, under TOP_IN for the title and head names; below it, room
-# for the longest key token and the keys' axis name (`StackPicture`).
-AXES_X, AXES_WIDTH = 0.155, 0.695
-COLOURBAR_X, COLOURBAR_WIDTH = 0.90, 0.018
+FIGSIZE = (style.COLUMN_IN, 5.8)   # until `StackPicture.fit` sizes the canvas for what is shown
+# The canvas around the map, in inches (`StackPicture.fit`): left of it, room for the query
+# tokens and the queries' axis name; right of it, the layer names, then the colour bar, its
+# ticks and its label. The widest setting (4 heads of the stack's longest sequence) fills the
+# notebook's column; with 8 keys its tiles are of the classroom size (style.CLASSROOM_CELL_PX).
+# Above the map, TOP_IN for the title and the head names; below it, room for the longest key
+# token shown and the keys' axis name.
+LEFT_IN = 1.30
+BAR_GAP_IN = 0.42
+BAR_IN = 0.15
+RIGHT_IN = 0.69
 TOP_IN = 0.85
 TITLE_TOP_IN = 0.03
+EDGE_PX = 6                # the least margin between the canvas' edge and a text
 
 
 def token_rows(ids: torch.Tensor, vocab: dict) -> list[list[str]]:
@@ -133,23 +137,21 @@ class StackPicture:
     """The tiled maps on an axes sized for them, with a pool of text labels moved for each setting.
 
     Tokens are plain texts, not tick labels: a redraw moves them (they change with every
-    control) without a new layout. The canvas is as tall as the layers shown need (`fit`),
-    and the axes box and the colour bar as tall as the map: one cached background (the
-    frame, the colour bar) serves every setting with the same number of rows of cells.
-    `stack` sets the room: its longest sequence and its tokens.
+    control) without a new layout. The canvas fits what a setting draws (`fit`): as wide as its
+    heads' tiles (or its title) need, as tall as its layers' tiles and its key tokens need, so
+    no band of it is left empty. Each canvas size keys a cached background (the colour bar
+    beside the map, the axes' frame). `stack` sets the size of a tile and the pool of labels.
     """
 
     def __init__(self, fig, stack: StackAttention):
         self.fig = fig
-        self.ax = fig.add_axes((AXES_X, 0.0, AXES_WIDTH, 1.0))
+        self.ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))     # placed by `fit`
         # One RGBA image (`colours`): a second, masked image for the grey cells would double
         # the slowest step of a frame, resampling an image to the screen.
         self.image = self.ax.imshow(np.zeros((2, 2, 4)), interpolation="nearest", aspect="equal")
         self.ax.set_xticks([])
         self.ax.set_yticks([])
-        # Square cells: both axes are tokens. A map narrower than the box (fewer heads) starts
-        # at its left, after the query tokens: the queries' axis name then stays in the left
-        # margin, clear of the title, and may run the canvas' height beside a one-layer map.
+        # Square cells: both axes are tokens; `fit` gives the axes box the map's own size.
         self.ax.set_anchor("NW")
         # The axis names name a tile's axes, as on every attention map of the course; the
         # layers and heads are named beside and above the tiles, and counted in the title.
@@ -158,8 +160,7 @@ class StackPicture:
         self.row_name = fig.text(0, 0, style.QUERY_LABEL, fontsize=style.LABEL_PT,
                                  color=style.IDEA_COLOURS["query"], rotation=90)
         scale = ScalarMappable(Normalize(0.0, 1.0), style.ATTENTION_CMAP)
-        self.bar = fig.colorbar(scale, cax=fig.add_axes((COLOURBAR_X, 0.0, COLOURBAR_WIDTH, 1.0)),
-                                ticks=[0, 0.5, 1])
+        self.bar = fig.colorbar(scale, cax=fig.add_axes((0.0, 0.0, 0.1, 1.0)), ticks=[0, 0.5, 1])
         # On two lines: about as long as the bar beside a one-layer map.
         self.bar.set_label(style.ATTENTION_CBAR_LABEL.replace(" (", "\n("), fontsize=style.LABEL_PT)
         self.bar.ax.tick_params(labelsize=style.TICK_PT)
@@ -170,59 +171,67 @@ class StackPicture:
         self.labels = [self.ax.text(0, 0, "", **text)
                        for _ in range((MAX_LAYERS + max(HEAD_CHOICES)) * (length + 1))]
         self.moving = [self.image, self.title, *self.labels, self.row_name, self.col_name]
-        self.length = length
-        self.cell_in = AXES_WIDTH * fig.get_figwidth() / (max(HEAD_CHOICES) * (length + 1) - 1)
-        self.bottom_in, self.min_height_in = self._room(stack)
+        self.cell_in = ((style.COLUMN_IN - LEFT_IN - BAR_GAP_IN - BAR_IN - RIGHT_IN)
+                        / (max(HEAD_CHOICES) * (length + 1) - 1))
+        self.turned_px, self.name_px, self.row_name_px = self._room(stack)
 
-    def _room(self, stack: StackAttention) -> tuple[float, float]:
-        """(inches below a map, the canvas' least height). Below: the key tokens (the longest
-        of the stack, turned), the keys' axis name under them, and a margin. The least height:
-        the longest of the queries' axis names, turned, 4 px from either edge."""
+    def _room(self, stack: StackAttention) -> tuple[dict, float, dict]:
+        """({token: its height turned, in px} for every token of the stack, the keys' axis
+        name's height in px, {queries' axis name: its height turned, in px})."""
         renderer = _renderer(self.fig)
         probe = self.labels[0]
-        longest = 0.0
+        turned = {}
         for token in {token for rows in (*stack.src_tokens, *stack.tgt_tokens) for token in rows}:
             probe.set(text=token, rotation=90)
-            longest = max(longest, probe.get_window_extent(renderer).height)
+            turned[token] = probe.get_window_extent(renderer).height
         probe.set(text="", rotation=0)
-        name = self.col_name.get_window_extent(renderer).height
-        row_names = []
+        row_names = {}
         for query_name in (style.QUERY_LABEL, style.WRITTEN_QUERY_LABEL):
             self.row_name.set_text(query_name)
-            row_names.append(self.row_name.get_window_extent(renderer).height)
-        dpi = self.fig.dpi
-        # Key tokens hang from 0.2 cell under the map (`draw`), the name 4 px under them
-        # (`place_axis_names`), and 6 px to spare.
-        return 0.2 * self.cell_in + (longest + 4 + name + 6) / dpi, (max(row_names) + 8) / dpi
+            row_names[query_name] = self.row_name.get_window_extent(renderer).height
+        return turned, self.col_name.get_window_extent(renderer).height, row_names
 
-    def fit(self, layers: int, rows: int) -> tuple[int, int]:
-        """Size the canvas for `layers` layers of the stack's longest sequence, and the axes
-        box and the colour bar for a map of `rows` rows of cells, under the title; returns the
-        key of the background (the still parts: the colour bar and the axes' frame)."""
-        height = max(TOP_IN + (layers * (self.length + 1) - 1) * self.cell_in + self.bottom_in,
-                     self.min_height_in)
-        if abs(self.fig.get_figheight() - height) * self.fig.dpi > 0.5:
-            self.fig.set_size_inches(self.fig.get_figwidth(), height, forward=False)
-        height = self.fig.get_figheight()
-        box_height = rows * self.cell_in / height
-        bottom = 1 - TOP_IN / height - box_height
-        self.ax.set_position((AXES_X, bottom, AXES_WIDTH, box_height))
-        self.bar.ax.set_position((COLOURBAR_X, bottom, COLOURBAR_WIDTH, box_height))
+    def min_height_in(self, query_name: str) -> float:
+        """The canvas' least height: room under the title for the queries' axis name
+        `query_name`, turned, from the map's top down (`draw`)."""
+        return TOP_IN + (self.row_name_px[query_name] + EDGE_PX) / self.fig.dpi
+
+    def fit(self, rows: int, cols: int, keys, title_px: float, query_name: str) -> tuple[int, int, int, int]:
+        """Size the canvas for a map of `rows` x `cols` cells with the tokens `keys` under its
+        columns, a title `title_px` wide and the queries' axis name `query_name`, and place the
+        map and the colour bar on it; returns the key of the background (the still parts: the
+        colour bar and the axes' frame)."""
+        dpi = self.fig.dpi
+        map_width, map_height = cols * self.cell_in, rows * self.cell_in
+        # Key tokens hang from 0.2 cell under the map (`draw`), the keys' name 4 px under them
+        # (`place_axis_names`), and the canvas' edge EDGE_PX below that.
+        below = 0.2 * self.cell_in + (max(self.turned_px[k] for k in keys) + 4 + self.name_px + EDGE_PX) / dpi
+        width = max(LEFT_IN + map_width + BAR_GAP_IN + BAR_IN + RIGHT_IN, (title_px + 2 * EDGE_PX) / dpi)
+        height = max(TOP_IN + map_height + below, self.min_height_in(query_name))
+        # Whole pixels: the frame is an image of whole pixels, and every fraction below is of it.
+        width, height = np.ceil(width * dpi) / dpi, np.ceil(height * dpi) / dpi
+        if (self.fig.get_figwidth(), self.fig.get_figheight()) != (width, height):
+            self.fig.set_size_inches(width, height, forward=False)
+        bottom = 1 - (TOP_IN + map_height) / height
+        self.ax.set_position((LEFT_IN / width, bottom, map_width / width, map_height / height))
+        self.bar.ax.set_position(((LEFT_IN + map_width + BAR_GAP_IN) / width, bottom, BAR_IN / width,
+                                  map_height / height))
         self.title.set_y(1 - TITLE_TOP_IN / height)
-        return layers, rows
+        return round(width * dpi), round(height * dpi), rows, cols
 
     def draw(self, canvas: np.ma.MaskedArray, layers: int, heads: int, queries, keys,
-             title: str, query_name: str = style.QUERY_LABEL) -> tuple[int, int]:
+             title: str, query_name: str = style.QUERY_LABEL) -> tuple[int, int, int, int]:
         """Show the tiles `canvas` (`tile`); returns the background's key (`fit`)."""
         rows, cols = canvas.shape
-        background = self.fit(layers, rows)
+        self.title.set_text(title)
         self.row_name.set_text(query_name)
+        background = self.fit(rows, cols, keys, self.title.get_window_extent(_renderer(self.fig)).width,
+                              query_name)
         extent = (-0.5, cols - 0.5, rows - 0.5, -0.5)
         self.image.set_data(colours(canvas))
         self.image.set_extent(extent)
         self.ax.set_xlim(-0.5, cols - 0.5)
         self.ax.set_ylim(rows - 0.5, -0.5)
-        self.title.set_text(title)
         lq, lk = len(queries), len(keys)
         places = []
         for layer in range(layers):                  # query tokens left of each layer's row
@@ -241,7 +250,9 @@ class StackPicture:
         query_labels = [label for label, place in zip(self.labels, places) if place[3] == 0
                         and place[4] == "right"]
         key_labels = [label for label, place in zip(self.labels, places) if place[3] == 90]
-        place_axis_names(self.ax, query_labels, key_labels, self.row_name, self.col_name)
+        # The title may span the canvas over a narrow map: the queries' name stays under it.
+        place_axis_names(self.ax, query_labels, key_labels, self.row_name, self.col_name,
+                         below_top=True)
         return background
 
 
@@ -277,8 +288,9 @@ class StackAttentionExplorer(Explorer):
 
     `update(layers=..., heads=..., kind=..., sample=...)` redraws (see `Explorer`);
     `image` is the imshow artist. Every setting's maps are computed when the explorer is
-    built (27 small stack runs), so a click only moves artists. The frame is as tall as the
-    layers shown; its background is drawn on the first visit of each map height and kept.
+    built (27 small stack runs), so a click only moves artists. The frame fits the setting
+    shown (`StackPicture.fit`); its background is drawn on the first visit of each frame size
+    and kept.
     """
 
     def __init__(self, stack: StackAttention, num_layers: int = 2, num_heads: int = 4,
@@ -299,12 +311,12 @@ class StackAttentionExplorer(Explorer):
         self.all_maps = {(n, h, k): stack.maps(n, h, k) for n in range(1, self.layers.max + 1)
                          for h in HEAD_CHOICES for k in KINDS.values()}
         # Outside pyplot: the inline backend never shows it. At the course's dpi: StackPicture
-        # measures its labels' room on it.
-        fig = Figure(figsize=FIGSIZE, dpi=style.DPI)
+        # measures its labels' room on it. Projected in class like the still.
+        fig = style.for_projection(Figure(figsize=FIGSIZE, dpi=style.DPI))
         self.view = StackPicture(fig, stack)
         self.image = self.view.image
         controls = [self.layers, self.heads, self.kind, self.sample]
-        # The maps and labels move; the axes box and colour bar only with the map's height.
+        # The maps and labels move; the axes box and colour bar only with the frame's size.
         self._build(fig, self.view.moving, controls,
                     [widgets.HBox(controls[:2]), widgets.HBox(controls[2:])])
         # Rasterise every label once now (each sentence's tokens, at the widest setting),

@@ -162,23 +162,53 @@ def _verdict(source: list[str], output: list[str]) -> tuple[str, bool]:
     return got, got == expected
 
 
-#: The map's figure: room for 31 source digits across and 32 written tokens down.
+#: The map's figure for a short input; a longer one grows it (`map_layout`).
 MAP_FIGSIZE = (6.6, 5.8)
-MAP_BOX = (0.2, 0.14, 0.64, 0.72)         # the axes, fixed: labels are texts placed around it
-MAP_BAR_BOX = (0.855, 0.14, 0.025, 0.72)
+# Around the map's axes box, in inches: room for the written tokens and the queries' axis name
+# left, for the title above, for the source digits and the keys' axis name below; right of it
+# the colour bar, its ticks and its label.
+MAP_LEFT_IN, MAP_TOP_IN, MAP_BOTTOM_IN = 1.32, 0.812, 0.812
+MAP_BAR_GAP_IN, MAP_BAR_IN, MAP_RIGHT_IN = 0.1, 0.165, 0.79
+#: The axes box of a short input, in inches: the map's square cells shrink to fit it.
+MAP_BOX_IN = (MAP_FIGSIZE[0] - MAP_LEFT_IN - MAP_BAR_GAP_IN - MAP_BAR_IN - MAP_RIGHT_IN,
+              MAP_FIGSIZE[1] - MAP_TOP_IN - MAP_BOTTOM_IN)
+MAP_TITLE_TOP_IN = 0.087
 MAX_TOKENS = 34                            # labels kept for either axis (config.max_len + 2)
 
 
-class CrossAttentionMap:
-    """One head's (or the mean) cross-attention map on a fixed axes, token labels as texts.
+def map_layout(rows: int, cols: int) -> tuple[tuple[float, float], tuple, tuple]:
+    """The figure of a map of `rows` x `cols` tokens -> ((width, height) in inches, the axes'
+    box, the colour bar's box, in figure fractions). Up to about 25 tokens a side the map fits
+    `MAP_BOX_IN` with tiles of the classroom size (`style.CLASSROOM_CELL_PX`); a longer input
+    widens or heightens the box (and the figure) so that its tiles keep that size: 34 tokens
+    across still fit the notebook's column."""
+    cell = np.ceil(style.CLASSROOM_CELL_PX) / style.DPI              # inches, rounded up
+    box_width, box_height = max(MAP_BOX_IN[0], cols * cell), max(MAP_BOX_IN[1], rows * cell)
+    width = MAP_LEFT_IN + box_width + MAP_BAR_GAP_IN + MAP_BAR_IN + MAP_RIGHT_IN
+    height = MAP_BOTTOM_IN + box_height + MAP_TOP_IN
+    # Whole pixels: a widget's frame is an image of whole pixels, and the boxes are fractions of it.
+    width, height = np.ceil(width * style.DPI) / style.DPI, np.ceil(height * style.DPI) / style.DPI
+    bottom = 1 - (MAP_TOP_IN + box_height) / height
+    box = (MAP_LEFT_IN / width, bottom, box_width / width, box_height / height)
+    bar = ((MAP_LEFT_IN + box_width + MAP_BAR_GAP_IN) / width, bottom, MAP_BAR_IN / width, box_height / height)
+    return (width, height), box, bar
 
-    The axes never moves and the tokens are plain texts moved for each input, so one cached
-    background (frame, axis names, colour bar) serves every input (see `StackPicture` in
-    encoder_decoder.py for the same idea).
+
+class CrossAttentionMap:
+    """One head's (or the mean) cross-attention map, token labels as texts.
+
+    The tokens are plain texts moved for each input, and the axes stays where it is for
+    every input of up to about 25 tokens, so one cached background (frame, axis names, colour
+    bar) serves them all (see `StackPicture` in encoder_decoder.py for the same idea); a longer
+    input grows the figure so that its tiles keep the classroom size (`map_layout`), with a
+    background of its own size.
     """
 
     def __init__(self, fig):
-        self.ax = fig.add_axes(MAP_BOX)
+        (width, height), box, bar_box = map_layout(1, 1)
+        fig.set_size_inches(width, height)
+        self.fig = fig
+        self.ax = fig.add_axes(box)
         # Square cells (both axes are tokens): the box shrinks to fit the map, and the axis
         # names move with it, next to the tokens (`place_axis_names`).
         self.image = self.ax.imshow(np.zeros((2, 2)), cmap=style.ATTENTION_CMAP, vmin=0, vmax=1,
@@ -189,10 +219,12 @@ class CrossAttentionMap:
         self.col_name = fig.text(0, 0, KEY_LABEL, fontsize=style.LABEL_PT, color=style.IDEA_COLOURS["key"])
         self.row_name = fig.text(0, 0, QUERY_LABEL, fontsize=style.LABEL_PT,
                                  color=style.IDEA_COLOURS["query"])
-        bar = fig.colorbar(self.image, cax=fig.add_axes(MAP_BAR_BOX), ticks=[0, 0.5, 1])
+        self.bar_ax = fig.add_axes(bar_box)
+        bar = fig.colorbar(self.image, cax=self.bar_ax, ticks=[0, 0.5, 1])
         bar.set_label(style.ATTENTION_CBAR_LABEL.split(" (")[0], fontsize=style.LABEL_PT)
         bar.ax.tick_params(labelsize=style.TICK_PT)
-        self.title = fig.text(0.5, 0.985, "", ha="center", va="top", fontsize=style.TITLE_PT)
+        self.title = fig.text(0.5, 1 - MAP_TITLE_TOP_IN / height, "", ha="center", va="top",
+                              fontsize=style.TITLE_PT)
         text = dict(fontsize=style.TICK_PT, clip_on=False)
         self.rows = [self.ax.text(-0.7, i, "", ha="right", va="center", **text)
                      for i in range(MAX_TOKENS)]
@@ -200,10 +232,23 @@ class CrossAttentionMap:
                      for j in range(MAX_TOKENS)]
         self.moving = [self.image, self.title, *self.rows, *self.cols, self.row_name, self.col_name]
 
-    def draw(self, source, output, cross, head: str) -> None:
-        """Show head `head` ("mean" or "0".."H-1") of cross (H, Lt, Ls)."""
+    def fit(self, rows: int, cols: int) -> tuple[int, int]:
+        """Size the figure for a map of `rows` x `cols` tokens (`map_layout`); returns the key
+        of its background, the figure's size in pixels."""
+        (width, height), box, bar_box = map_layout(rows, cols)
+        if (self.fig.get_figwidth(), self.fig.get_figheight()) != (width, height):
+            self.fig.set_size_inches(width, height, forward=False)
+            self.ax.set_position(box)
+            self.bar_ax.set_position(bar_box)
+            self.title.set_y(1 - MAP_TITLE_TOP_IN / height)
+        return round(width * style.DPI), round(height * style.DPI)
+
+    def draw(self, source, output, cross, head: str) -> tuple[int, int]:
+        """Show head `head` ("mean" or "0".."H-1") of cross (H, Lt, Ls); returns the key of
+        the background (`fit`)."""
         weights = cross.mean(0) if head == "mean" else cross[int(head)]
         rows, cols = weights.shape
+        background = self.fit(rows, cols)
         self.image.set_data(weights.numpy())
         self.image.set_extent((-0.5, cols - 0.5, rows - 0.5, -0.5))
         self.ax.set_xlim(-0.5, cols - 0.5)
@@ -218,13 +263,14 @@ class CrossAttentionMap:
         got, right = _verdict(source, output)
         self.title.set_text(f"last decoder layer's cross-attention, head: {head}\n"
                             f"{len(source)} digits in, the reverse {'right' if right else 'wrong'}")
+        return background
 
 
 def plot_cross_attention_mean(params: dict, config, text: str, head: str = "mean"):
     """Static version of the widget's view: one map of the last decoder layer's cross-attention."""
     source, output, cross = predict_with_attention(params, config, text)
     fig, _ = style.new_figure(MAP_FIGSIZE[1], MAP_FIGSIZE[0])
-    fig.set_layout_engine("none")          # the labels' room is fixed in MAP_BOX
+    fig.set_layout_engine("none")          # the labels' room is fixed (`map_layout`)
     fig.delaxes(fig.axes[0])
     CrossAttentionMap(fig).draw(source, output, cross, head)
     return style.for_projection(fig)
@@ -254,10 +300,12 @@ class ReverseExplorer(Explorer):
             description="head", style={"button_width": "64px"})  # room for "mean"
         self.result = widgets.HTML()
         self._predictions = {}
-        fig = Figure(figsize=MAP_FIGSIZE)  # outside pyplot: the inline backend never shows it
+        # Outside pyplot: the inline backend never shows it. Projected in class like the still.
+        fig = style.for_projection(Figure(figsize=MAP_FIGSIZE))
         self.view = CrossAttentionMap(fig)
         self.ax, self.image = self.view.ax, self.view.image
-        # The axes never moves: one background for every input; map, title and tokens move.
+        # One background for every input up to about 25 tokens (one per size past that,
+        # `CrossAttentionMap`); map, title and tokens move.
         self._build(fig, self.view.moving, [self.text, self.head],
                     [widgets.HBox([self.example, self.text]), self.head, self.result])
         cache_text(self.frames.canvas.get_renderer())
@@ -290,8 +338,7 @@ class ReverseExplorer(Explorer):
         shortest, longest = self.trained_on
         self.result.value = (f"<code>{' '.join(source)}</code> &rarr; <b><code>{got}</code></b> "
                              f"({verdict}; the model was trained on {shortest} to {longest} digits)")
-        self.view.draw(source, output, cross, self.head.value)
-        self._show(start, background="every input")
+        self._show(start, background=self.view.draw(source, output, cross, self.head.value))
 
 
 # ---- the experiments lab ------------------------------------------------------------------------
@@ -353,6 +400,8 @@ def _lab_axes(fig, mse: bool = False) -> dict:
 
 #: Faded: the experiments a figure shows for context, beside the ones its claim compares.
 FADED_ALPHA = 0.25
+#: How much wider a run's line, and larger its markers, for each run drawn over the same points.
+UNDER_WIDTH, UNDER_MARKER = 1.2, 2.5
 
 
 def _record_lines(panels: dict, name: str, record: dict, dashes: str, under: int = 0,
@@ -371,10 +420,10 @@ def _record_lines(panels: dict, name: str, record: dict, dashes: str, under: int
     alpha = FADED_ALPHA if faded else 1.0
     raw, = ax.plot(record["step"], record["loss"], "-", color=color, linewidth=0.8, alpha=0.3 * alpha)
     smooth, = ax.plot(record["step"], smoothed(record["loss"]), dashes, color=color,
-                      linewidth=1.6 + 1.2 * under, alpha=alpha)
+                      linewidth=1.6 + UNDER_WIDTH * under, alpha=alpha)
     match, = panels["match"].plot(record["eval_step"], record["exact_match"], dashes,
-                                  marker=style.experiment_marker(name), markersize=4 + 2.5 * under,
-                                  color=color, linewidth=1.5 + 1.2 * under, alpha=alpha)
+                                  marker=style.experiment_marker(name), markersize=4 + UNDER_MARKER * under,
+                                  color=color, linewidth=1.5 + UNDER_WIDTH * under, alpha=alpha)
     return raw, smooth, match
 
 
@@ -465,7 +514,9 @@ class ExperimentOverlay(Explorer):
     """Pick experiments -> their learning curves overlaid, from results already computed.
 
     No training on a click: every line of every run is drawn once when the widget is built;
-    `update(names=...)` only shows the chosen ones and makes a new legend. Each experiment
+    `update(names=...)` only shows the chosen ones, widens a line that lies under a later one
+    (`_uncover`: "sum" and "sum, no positions" both at an exact match of 0) and makes a new
+    legend. Each experiment
     keeps its colour (`style.EXPERIMENT_COLOURS`), as in `plot_experiments`. The axes keep
     the limits of all runs, so their tick labels, the slow part of a draw, stay in the cached
     background (see `Frames`). `lines[name]` holds the (raw loss, smoothed loss, exact-match)
@@ -503,6 +554,11 @@ class ExperimentOverlay(Explorer):
         self.legend = self.match_ax.legend(handles=[])
         self.legend.set_visible(False)
         moving = [line for runs in self.lines.values() for run in runs for line in run]
+        # The smoothed loss and the exact match of each run, in drawing order, with their
+        # widths and marker sizes as drawn alone, and their points in pixels (`_uncover`).
+        self.strong = [line for runs in self.lines.values() for run in runs for line in run[1:]]
+        self.alone = {line: (line.get_linewidth(), line.get_markersize()) for line in self.strong}
+        self.pixels = {}
         self.hint = widgets.HTML("Ctrl-click (Cmd-click on a Mac) picks several experiments.")
         self._build(fig, moving + [self.legend], [self.choice],
                     [widgets.HBox([self.choice, self.hint])])
@@ -519,7 +575,26 @@ class ExperimentOverlay(Explorer):
             for run in runs:
                 for line in run:
                     line.set_visible(name in chosen)
+        self._uncover()
         legend = _lab_legend(self.match_ax, chosen, self.seeds)
         moving = self.frames.moving
         moving[moving.index(self.legend)] = self.legend = legend  # the new legend moves instead
         self._show(start, background="all runs")
+
+    def _uncover(self) -> None:
+        """Give each shown line as many steps of width and marker size as there are shown lines
+        drawn after it over the same points, as `plot_experiments` does (`_record_lines`,
+        `under`): a run under another still shows around it. The axes' limits never change,
+        so each line's points are turned into pixels once."""
+        shown = [line for line in self.strong if line.get_visible()]
+        for line in shown:
+            if line not in self.pixels:
+                self.pixels[line] = line.get_transform().transform(line.get_xydata().astype(float))
+        for i, line in enumerate(shown):
+            points = self.pixels[line]
+            under = sum(other.axes is line.axes and len(self.pixels[other]) == len(points)
+                        and bool(np.all(np.abs(self.pixels[other] - points) <= 1.0))
+                        for other in shown[i + 1:])
+            width, size = self.alone[line]
+            line.set_linewidth(width + UNDER_WIDTH * under)
+            line.set_markersize(size + UNDER_MARKER * under)

@@ -173,23 +173,33 @@ def site_pages(site: Path) -> list[str]:
 
 @pytest.fixture(scope="session")
 def visits(built_site, site_url, site_context) -> dict[str, Visit]:
-    """Every page of the site, loaded once: {path: what the browser saw}."""
-    result = {}
-    for path in site_pages(built_site.html):
-        visit = result[path] = Visit()
-        page = site_context.new_page()
-        page.on("console", lambda m, v=visit: m.type == "error" and v.errors.append(f"console: {m.text}"))
-        page.on("pageerror", lambda e, v=visit: v.errors.append(f"page error: {e}"))
-        page.on("requestfailed", lambda r, v=visit: v.errors.append(f"request failed: {r.url} ({r.failure})"))
-        try:
+    """Every page of the site, loaded once: {path: what the browser saw}. One tab goes from page to
+    page, as a reader's does (a new tab per page costs Chromium a renderer's start each); what it
+    reports is filed under the page being visited."""
+    result, leaving = {}, [False]
+
+    def failed(request):
+        # leaving a page aborts what it still loads (the favicon, after the load event): not its error
+        if not (leaving[0] and request.failure == "net::ERR_ABORTED"):
+            visit.errors.append(f"request failed: {request.url} ({request.failure})")
+
+    page = site_context.new_page()
+    page.on("console", lambda m: m.type == "error" and visit.errors.append(f"console: {m.text}"))
+    page.on("pageerror", lambda e: visit.errors.append(f"page error: {e}"))
+    page.on("requestfailed", failed)
+    try:
+        for path in site_pages(built_site.html):
+            visit, leaving[0] = result.setdefault(path, Visit()), False
             response = page.goto(f"{site_url}/{path}", wait_until="load", timeout=PAGE_TIMEOUT_MS)
             if not response.ok:
                 visit.errors.append(f"HTTP {response.status}")
             state = page.evaluate(READ_PAGE)
-        finally:
-            page.close()
-        visit.broken_images, visit.links, visit.ids = state["broken"], state["links"], set(state["ids"])
-        visit.language_switch = state["languageSwitch"]
+            visit.broken_images, visit.links, visit.ids = state["broken"], state["links"], set(state["ids"])
+            visit.language_switch = state["languageSwitch"]
+            leaving[0] = True
+            page.goto("about:blank")  # the page's last requests and errors come in before the next one's
+    finally:
+        page.close()
     return result
 
 

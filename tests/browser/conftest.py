@@ -306,18 +306,48 @@ def browser_context(browser):
         context.close()
 
 
-@pytest.fixture
-def lab_page(browser_context, lab_server):
-    """A fresh browser page; afterwards the page is closed and its kernels are stopped."""
+@pytest.fixture(scope="session")
+def _lab_tab() -> dict:
+    """The tab that holds JupyterLab, shared by the tests in turn: {"page": it} once opened."""
+    tab = {}
+    yield tab
+    if tab.get("page") is not None and not tab["page"].is_closed():
+        tab["page"].close()
+
+
+def _open_lab(browser_context, lab_server):
+    """A new tab with JupyterLab started in a fresh workspace, no document open."""
     page = browser_context.new_page()
     page.tfm_console_errors = []
     page.on("pageerror", lambda error: page.tfm_console_errors.append(f"page error: {error}"))
     page.on("console", lambda message: message.type == "error"
             and page.tfm_console_errors.append(f"console: {message.text[:300]}"))
+    page.goto(f"{lab_server.url}/lab/workspaces/test-{secrets.token_hex(4)}?reset&token={lab_server.token}",
+              wait_until="domcontentloaded", timeout=SERVER_START_TIMEOUT_S * 1000)
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell", timeout=SERVER_START_TIMEOUT_S * 1000)
+    page.evaluate("() => window.jupyterapp.restored")
+    return page
+
+
+@pytest.fixture
+def lab_page(_lab_tab, browser_context, lab_server):
+    """JupyterLab with no document open, its console errors counted from now. One tab serves every
+    test (JupyterLab's start costs Chromium about 3.5 s of CPU): afterwards each document is closed
+    unsaved and every kernel stopped; a tab left with a dialog, or that would not close them, is
+    closed, and the next test starts JupyterLab afresh."""
+    page = _lab_tab.get("page")
+    if page is None or page.is_closed():
+        page = _lab_tab["page"] = _open_lab(browser_context, lab_server)
+    page.tfm_console_errors.clear()
     try:
         yield page
     finally:
-        page.close()
+        try:
+            page.evaluate("() => { for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) w.dispose(); }")
+            if page.locator(".jp-Dialog").count():
+                raise RuntimeError("a dialog is still open")
+        except Exception:  # whatever went wrong, the next test gets a fresh JupyterLab
+            page.close()
         try:
             lab_server.shutdown_all_sessions()
         except (urllib.error.URLError, OSError):

@@ -2,9 +2,9 @@
 
 For each `notebooks/NN_*.ipynb` and `notebooks/bonus/*.ipynb` the test:
 
-1. opens it at `/lab/workspaces/<fresh>/tree/notebooks/NAME` (a fresh workspace, so no other
-   notebook is restored) and waits until the notebook's kernel is connected and idle,
-   accepting a kernel-selection dialog if one appears;
+1. opens it in JupyterLab (one tab, started once in a fresh workspace, serves the tests in
+   turn: the documents of the test before are closed and their kernels stopped) and waits until
+   the notebook's kernel is connected and idle, accepting a kernel-selection dialog if one appears;
 2. clears the outputs and runs all cells (`notebook:run-all-cells`), waits until the
    kernel is idle and every code cell has an execution count, and checks in the notebook
    model that no cell produced an error (cells tagged `raises-exception` excepted);
@@ -98,10 +98,10 @@ def _wait(what: str, poll, timeout_s: float):
         time.sleep(POLL_S)
 
 
-def _open_notebook(page, server, name: str, workspace: str) -> str:
+def _open_notebook(page, name: str) -> str:
     path = f"notebooks/{name}"
-    page.goto(f"{server.url}/lab/workspaces/{workspace}/tree/{path}?token={server.token}",
-              wait_until="domcontentloaded", timeout=LOAD_TIMEOUT_S * 1000)
+    page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path, factory: 'Notebook'}); }",
+                  path)
 
     def kernel_ready():
         state = page.evaluate("(path) => window.__tfm.kernelState(path)", path)
@@ -281,7 +281,7 @@ def test_notebook_runs_and_its_widget_responds(name, lab_page, lab_server, recor
     SCREENSHOTS.mkdir(exist_ok=True)
     screenshot = SCREENSHOTS / f"{Path(name).stem}.png"
     try:
-        path = _open_notebook(page, lab_server, name, workspace=f"test-{Path(name).stem}")
+        path = _open_notebook(page, name)
         loaded = time.monotonic()
         state = _run_all(page, name, path)
 
@@ -362,7 +362,7 @@ def test_predict_answer_is_collapsed_until_clicked(lab_page, lab_server):
     index, answer_line = _first_predict_answer(NOTEBOOKS_DIR / name)
     screenshot = SCREENSHOTS / f"predict_{Path(name).stem}"
     try:
-        path = _open_notebook(page, lab_server, name, workspace="test-predict")
+        path = _open_notebook(page, name)
         # Bring the cell on screen first: a notebook renders cells lazily as they scroll in.
         page.evaluate("([path, i]) => window.__tfm.panel(path).content.scrollToItem(i, 'center')",
                       [path, index])

@@ -13,22 +13,24 @@ Each round autogrades N copies of the instructor's answers (every output matches
 the grader judges the long ones copies of it, which costs no other work) with
 `--force`, and then one copy; per submission is (N copies - one copy) / (N - 1), which leaves
 out nbgrader's own start (and the zygote's imports, once per command), in wall-clock seconds
-and in CPU seconds (nbgrader and every process it started: kernels, the zygote).
+and in CPU seconds (nbgrader and every process it started: kernels, the zygote, the sandboxes).
 Writes benchmarks/AUTOGRADE.md. Needs the teachers' environment (`make teacher`).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
-import resource
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import nbformat
+import psutil
 
 from .timing import load_average, machine
 
@@ -57,17 +59,32 @@ def grader_env(home: Path) -> dict:
 
 
 def _nbgrader(course: Path, *args: str) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of nbgrader and every kernel it ran) of one command."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """(wall seconds, CPU seconds of nbgrader and every process it started) of one command.
+
+    The CPU time is each process's own, read while it lives (every 50 ms), not the reaped
+    children's total: a sandboxed kernel dies with its PID namespace and nobody reaps it, so its
+    time never reaches nbgrader's rusage. A process loses at most its last 50 ms."""
     start = time.perf_counter()
-    done = subprocess.run([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=grader_env(course.parent),
-                          capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise SystemExit(f"nbgrader {' '.join(args)} exited with {done.returncode}; the end of its "
-                         f"output:\n{(done.stdout + done.stderr)[-3000:]}")
+    process = subprocess.Popen([str(TEACHER_BIN / "nbgrader"), *args], cwd=course, env=grader_env(course.parent),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    root, seen, output = psutil.Process(process.pid), {}, []
+    reader = threading.Thread(target=lambda: output.append(process.stdout.read()))  # a full pipe would block it
+    reader.start()
+    while process.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            for child in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = child.cpu_times()
+                    seen[(child.pid, child.create_time())] = times.user + times.system
+        time.sleep(0.05)
+        if time.perf_counter() - start > 3600:
+            process.kill()
+    reader.join()
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if process.returncode != 0:
+        raise SystemExit(f"nbgrader {' '.join(args)} exited with {process.returncode}; the end of its "
+                         f"output:\n{output[0][-3000:]}")
+    return wall, sum(seen.values())
 
 
 def _copies(course: Path, assignment: str, students: int, generator) -> None:

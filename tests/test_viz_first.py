@@ -139,6 +139,45 @@ def test_plot_broadcast_draws_a_static_figure():
     assert len(fig.axes) == 3
 
 
+def _panel_boxes(diagram, renderer) -> list:
+    """The boxes, in pixels, of what the panels draw: grids, titles, axis names and notes."""
+    images = [image.get_window_extent(renderer) for image in diagram.images if image.get_visible()]
+    texts = [text.get_window_extent(renderer) for ax in diagram.axes for text in ax.texts
+             if text.get_visible() and text.get_text()]
+    return images + texts
+
+
+def test_broadcast_diagram_canvas_fits_what_each_setting_draws():
+    """The old fault: the layout was sized for 4-D shapes, so a 3-D shape (notebook 01's
+    (2, 3, 4) + (3, 4)) or a 2-D one left an empty band of about 100 px between its grids and
+    the key. Now in every setting the drawing starts just under the canvas' top, the note on
+    cut slices (or the key) sits just under the lowest grid or note, the key just above the
+    canvas' bottom, and the cells keep the size the FIGSIZE room gives them (4-D ones too)."""
+    explorer = viz_shapes.broadcast_explorer()
+    gap = viz_shapes.KEY_GAP_PX
+    cells = {("2, 1, 1, 3", "2, 2, 3, 3"): 35.4, ("8, 8, 8, 8", "8"): 8.031, ("2, 3, 4", "3, 4"): 27.231,
+             ("3, 1", "4"): 57.796}                  # pixels per cell, as before the canvas fitted
+    states = [*viz_shapes.PRESETS.values(), *cells, ("8, 8, 8", "8"), ("8, 1", "1"), ("1, 8", "1"),
+              ("2, 3, 4", "2, 3"), ("2, 2, 2, 2, 2", "2"), ("9", "1"), ("", "")]
+    for a, b in states:
+        explorer.update(a=a, b=b)
+        fig, diagram = explorer.fig, explorer.diagram
+        fig.canvas.draw()                            # a full draw: every box where the frame has it
+        renderer = fig.canvas.get_renderer()
+        width, height = explorer.frames.size
+        panels = _panel_boxes(diagram, renderer)
+        under = diagram.cut_note if diagram.cut_note.get_text() else diagram.key
+        where = f"a {a}, b {b}"
+        assert height - max(box.y1 for box in panels) <= 10, where                  # none above
+        band = min(box.y0 for box in panels) - under.get_window_extent(renderer).y1
+        assert 0 < band <= gap + 1, where                                           # none over the key
+        assert diagram.key.get_window_extent(renderer).y0 <= 10, where               # none below
+        if (a, b) in cells:
+            image = diagram.images[0]
+            cell = image.get_window_extent(renderer).height / image.get_array().shape[0] * viz_shapes.CELL
+            assert cell == pytest.approx(cells[a, b], abs=0.01), where
+
+
 # ---- notebook 02: the tokenizer explorer --------------------------------------------------------
 
 @pytest.fixture

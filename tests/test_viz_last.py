@@ -608,6 +608,46 @@ def test_lab_figures_show_what_their_text_names():
     assert style.experiment_marker("label smoothing 0.1") != style.experiment_marker("baseline")
 
 
+def _past_the_box_px(ax) -> float:
+    """How many pixels the shown lines and markers of `ax` reach past its box (<= 0: none)."""
+    box = ax.get_window_extent()
+    px_per_pt = ax.figure.dpi / 72
+    past = -np.inf
+    for line in ax.get_lines():
+        if not line.get_visible():
+            continue
+        reach = tr_viz._half_width_pt(line) * px_per_pt
+        x, y = ax.transData.transform(line.get_xydata().astype(float)).T
+        past = max(past, box.y0 - (y - reach).min(), (y + reach).max() - box.y1,
+                   box.x0 - (x - reach).min(), (x + reach).max() - box.x1)
+    return past
+
+
+def test_lab_figures_draw_runs_at_0_and_at_1_whole():
+    """The old fault: the exact-match panel left 0.02 past 0 and 1, and clipped the rest, so
+    "sum" at 0, widened under "sum, no positions", showed only as a thin edge under it (and a
+    baseline at 1, under three others, lost its top). Now every line and marker of the lab's
+    figures, and of the overlay with every run shown, lies inside its panel."""
+    three = ["sum", "sum, no positions", "sum, regressor"]
+    fig = tr_viz.plot_experiments(_lab_records(three, zero=three[:2]), three)
+    fig.canvas.draw()
+    assert _past_the_box_px(fig.axes[-1]) <= 0
+    matplotlib.pyplot.close(fig)
+    four = ["baseline", "Pre-LN, no warm-up", "Post-LN", "Post-LN, no warm-up"]
+    records = _lab_records(four)
+    for seed in (0, 1):
+        records["baseline", seed]["exact_match"] = [1.0, 1.0]
+        records["Pre-LN, no warm-up", seed]["exact_match"] = [1.0, 1.0]
+    fig = tr_viz.plot_experiments(records, four, compare=four[:2])
+    fig.canvas.draw()
+    assert _past_the_box_px(fig.axes[-1]) <= 0
+    matplotlib.pyplot.close(fig)
+    names = ["baseline", "sum", "sum, no positions"]
+    explorer = tr_viz.ExperimentOverlay(_lab_records(names, zero=names[1:]), names, selected=names)
+    explorer.fig.canvas.draw()
+    assert all(_past_the_box_px(panels["match"]) <= 0 for panels in explorer.task_panels.values())
+
+
 def test_training_curves_draw_the_levels_of_a_blind_guess():
     history = {"step": [1, 2, 3], "loss": [3.0, 2.0, 0.5], "eval_step": [3], "exact_match": [0.5]}
     fig = tr_viz.plot_training_curves(history)

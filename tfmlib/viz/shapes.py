@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..shapes import broadcast_shape
-from .common import DPI, Explorer
+from .common import DPI, Explorer, _renderer
 from .style import ERROR_COLOUR, GUIDE_COLOUR, PAIR_COLOURS, TICK_PT, TITLE_PT
 
 MAX_AXES = 4     # the diagram draws shapes of up to 4 axes ...
@@ -194,23 +194,31 @@ def alignment_table(shape_a, shape_b, op: str = "+") -> str:
     return "\n".join(lines)
 
 
-FIGSIZE = (8.4, 3.9)       # inches: three panels side by side, a op b = result
-#: Each panel's box in figure fractions (left, bottom, width, height): the titles above, the
-#: operator between two panels, the key below.
+FIGSIZE = (8.4, 3.9)       # inches: the width, and the height whose room sets the cells' size
+#: Each panel's box in figure fractions (left, bottom, width, height) on a canvas of FIGSIZE: the
+#: titles above, the operator between two panels, the key below. A grid is drawn as large as
+#: this room allows (4-D shapes fill its height), then the canvas' height is fitted to what
+#: is drawn (`BroadcastDiagram.fit`), so that no empty band is left above the key.
 PANEL_LEFTS = (0.0, 0.35, 0.70)
 PANEL_BOX = (0.30, 0.16, 0.83)   # width, bottom, height
 NAME_PX = 16     # room left of and above a grid for the names of its axes
 TITLE_PX = 36    # room above a grid for its title (two lines)
+EDGE_PX = 4      # between the canvas' edge and the titles (top) or the key (bottom)
+KEY_GAP_PX = 12  # between the lowest grid or note and the note on cut slices, or the key
 
 
 class BroadcastDiagram:
     """Three panels side by side (a, b and the result) on `fig`, redrawn in place by
     `draw(shape_a, shape_b)`. The grid's axes are named on it; the result's cells show the
-    a and b elements each one combines; a clashing axis is marked in both operands."""
+    a and b elements each one combines; a clashing axis is marked in both operands. The
+    figure's size when given sets the width and the room for the grids (`panel_px`); each
+    draw fits the canvas' height to what it shows."""
 
     def __init__(self, fig, op: str = "+"):
         self.fig = fig
         width, bottom, height = PANEL_BOX
+        # The grids' room, fixed: the same shapes are drawn at the same size whatever was shown before.
+        self.room = (width * fig.bbox.width - NAME_PX, height * fig.bbox.height - NAME_PX - TITLE_PX)
         self.axes = [fig.add_axes((left, bottom, width, height)) for left in PANEL_LEFTS]
         self.images, self.titles, self.notes, self.marks = [], [], [], []
         self.names = []        # per panel: axis -1 and axis -3 above the grids, -2 and -4 left of them
@@ -231,26 +239,27 @@ class BroadcastDiagram:
                                -4: ax.text(0, 0, "", ha="right", va="bottom", rotation=-90, **text)})
             self.marks.append(ax.plot([], [], color=ERROR_COLOUR, linewidth=4, clip_on=False,
                                       solid_capstyle="butt")[0])
-        for left, sign in zip(PANEL_LEFTS[1:], (op, "=")):
-            fig.text(left - 0.025, bottom + height / 2, sign, ha="center", va="center", fontsize=16)
+        # Halfway down the grids, which `fit` moves: they move with them.
+        self.signs = [fig.text(left - 0.025, 0.5, sign, ha="center", va="center", fontsize=16)
+                      for left, sign in zip(PANEL_LEFTS[1:], (op, "="))]
         # Says which slices a shape too large to show whole has kept (see `cut_for`).
-        self.cut_note = fig.text(0.5, 0.1, "", ha="center", va="bottom", fontsize=TICK_PT,
+        self.cut_note = fig.text(0.5, 0, "", ha="center", va="bottom", fontsize=TICK_PT,
                                  color=ERROR_COLOUR)
-        fig.text(0.5, 0.01, "solid cell: where an element is stored;  light cell: the same element "
+        self.key = fig.text(0.5, 0, "solid cell: where an element is stored;  light cell: the same element "
                  f"read again (broadcast);  axis -3: grids side by side,\naxis -4: one below the other;  "
                  f"each cell of a {op} b: the a element it combines (left half) and the b element (right half)", ha="center", va="bottom", fontsize=TICK_PT,
                  color=GUIDE_COLOUR)
-        self.moving = [*self.images, *self.titles, *self.notes, *self.marks, self.cut_note,
+        self.moving = [*self.images, *self.titles, *self.notes, *self.marks, self.cut_note, *self.signs,
                        *(text for names in self.names for text in names.values())]
 
     def panel_px(self) -> tuple[float, float]:
         """(width, height) in pixels that a panel's grids may fill (the room for the names of
-        their axes and the title taken off)."""
-        width, _, height = PANEL_BOX
-        return width * self.fig.bbox.width - NAME_PX, height * self.fig.bbox.height - NAME_PX - TITLE_PX
+        their axes and the title taken off), set by the figure's size when it was given."""
+        return self.room
 
     def draw(self, shape_a, shape_b, op: str = "+") -> tuple[int, ...] | None:
-        """Redraw for two shapes; returns the result shape, or None when they do not broadcast."""
+        """Redraw for two shapes, on a canvas fitted to them (`fit`); returns the result shape,
+        or None when they do not broadcast."""
         shape_a, shape_b = tuple(shape_a), tuple(shape_b)
         try:
             result = broadcast_shape(shape_a, shape_b)
@@ -296,11 +305,10 @@ class BroadcastDiagram:
         width = max(im.shape[1] for im in drawn)
         room_w, room_h = self.panel_px()
         scale = min(room_w / width, room_h / height)         # display pixels per image pixel
-        pad, title_pad = NAME_PX / scale, TITLE_PX / scale          # the names' and title's room
+        pad = NAME_PX / scale                                # the names' room
         for i, (ax, image, grid) in enumerate(zip(self.axes, images, grids)):
             artist = self.images[i]
             ax.set_xlim(-pad, width)
-            ax.set_ylim(height, -pad - title_pad)
             centre = (width - pad) / 2 if image is None else width - image.shape[1] / 2
             self.titles[i].set(position=(centre, -pad - 2 / scale), text=titles[i])
             self.notes[i].set(position=(centre, 0), text=notes[i])
@@ -317,7 +325,35 @@ class BroadcastDiagram:
             artist.set_extent((left, left + w, h, 0))
             self._name_axes(i, grid, drawn_shape(image, grid), left, 2 / scale, clash)
         self.cut_note.set_text(cut_note)
+        self.fit(scale, [im.shape[0] * scale for im in images if im is not None])
         return result
+
+    def fit(self, scale: float, grid_heights) -> None:
+        """Size the canvas' height to what is drawn, given `scale` (display pixels per image
+        pixel) and the grids' heights in pixels: from the top, the titles and the axes' names,
+        the grids or the notes hanging from the grids' top (whichever reaches lowest), the note
+        on cut slices, the key. Whole pixels: a frame is an image of whole pixels."""
+        renderer = _renderer(self.fig)
+        # Text hanging from the grids' top: the notes, and axis -2's name down the side.
+        hanging = [text for text in self.notes + [names[-2] for names in self.names] if text.get_text()]
+        content = max([*grid_heights, *(text.get_window_extent(renderer).height for text in hanging)])
+        below = EDGE_PX + self.key.get_window_extent(renderer).height + KEY_GAP_PX
+        cut_y = below
+        if self.cut_note.get_text():
+            below += self.cut_note.get_window_extent(renderer).height + KEY_GAP_PX
+        panel = TITLE_PX + NAME_PX + content
+        height = math.ceil(EDGE_PX + panel + below)
+        dpi = self.fig.dpi
+        if self.fig.get_figheight() != height / dpi:
+            self.fig.set_size_inches(self.fig.get_figwidth(), height / dpi, forward=False)
+        width, _, _ = PANEL_BOX
+        for ax, left in zip(self.axes, PANEL_LEFTS):
+            ax.set_position((left, below / height, width, panel / height))
+            ax.set_ylim(content / scale, -(NAME_PX + TITLE_PX) / scale)
+        self.key.set_y(EDGE_PX / height)
+        self.cut_note.set_y(cut_y / height)
+        for sign in self.signs:
+            sign.set_y((below + content / 2) / height)
 
     def _name_axes(self, i: int, shape, drawn, left: float, gap: float, clash) -> None:
         """Name the axes of panel i's grids: axis -1 along the top of the first grid, -3 (when
@@ -381,7 +417,7 @@ class BroadcastExplorer(Explorer):
         import ipywidgets as widgets
         from matplotlib.figure import Figure
 
-        fig = Figure(figsize=FIGSIZE, dpi=DPI)        # a fixed layout: one background serves every frame
+        fig = Figure(figsize=FIGSIZE, dpi=DPI)        # its height follows the shapes (`BroadcastDiagram.fit`)
         self.diagram = BroadcastDiagram(fig)
         layout = widgets.Layout(width="260px")
         self.a_box = widgets.Text(value=a, description="shape a", layout=layout)
@@ -390,8 +426,8 @@ class BroadcastExplorer(Explorer):
                                          layout=widgets.Layout(width="440px"))
         self.examples.observe(self._on_example, names="value")
         self.info = widgets.HTML()
-        # Three images of new sizes, their titles, notes and axis names move; the operators
-        # and the key are the background, drawn once.
+        # Three images of new sizes, their titles, notes, axis names and the operators move; the
+        # key is the background, drawn once per canvas height.
         self._build(fig, self.diagram.moving,
                     [self.a_box, self.b_box],
                     [self.examples, widgets.HBox([self.a_box, self.b_box]), self.info])
@@ -424,7 +460,7 @@ class BroadcastExplorer(Explorer):
                            f"{html.escape(alignment_table(shape_a, shape_b))}</pre>"
                            + _html_note(self.message, ok=self.result is not None))
         self.diagram.draw(shape_a, shape_b)
-        self._show(start)
+        self._show(start, background=self.frames.size)
         return self.message
 
 

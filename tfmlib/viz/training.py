@@ -376,6 +376,10 @@ def _log_axis(ax) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+#: The exact-match panel's least room past 0 and past 1, as a fraction of 0 to 1 (`_match_room`).
+MATCH_MARGIN = 0.02
+
+
 def _lab_axes(fig, mse: bool = False) -> dict:
     """The panels of a lab figure -> {"loss": ..., "mse": ... or None, "match": ...}: the
     cross-entropy per step, the regressor's MSE per step in a panel of its own (`mse`: only
@@ -392,10 +396,35 @@ def _lab_axes(fig, mse: bool = False) -> dict:
         _log_axis(panels["mse"])
         panels["mse"].set_ylabel("MSE of the sum (log scale)")
         style.title(panels["mse"], "regressor's loss")
-    panels["match"].set_ylim(-0.02, 1.02)
+    panels["match"].set_ylim(-MATCH_MARGIN, 1 + MATCH_MARGIN)    # widened by `_match_room`
     panels["match"].set_ylabel("exact match (fraction)")
     style.title(panels["match"], "held-out, exactly right")
     return panels
+
+
+def _match_room(ax) -> None:
+    """Widen the exact-match panel's limits past 0 and past 1 by the widest line or marker
+    drawn there, and a pixel: a run at 0 or at 1 is drawn whole, not cut by the axes' edge,
+    and a run widened under others ("sum" under "sum, no positions", both at 0) shows around
+    them on both sides. Call once the lines are drawn and the axes' box is laid out."""
+    height = ax.get_window_extent().height                      # pixels
+    px_per_pt = ax.get_figure(root=True).dpi / 72
+    base = MATCH_MARGIN / (1 + 2 * MATCH_MARGIN) * height        # the least room, in pixels
+
+    def room(value: float) -> float:
+        reach = [_half_width_pt(line) for line in ax.get_lines() if np.any(np.isclose(line.get_ydata(), value))]
+        return max([base, *(r * px_per_pt + 1 for r in reach)])
+
+    below, above = room(0.0), room(1.0)
+    inner = height - below - above                              # pixels from 0 to 1
+    ax.set_ylim(-below / inner, 1 + above / inner)
+
+
+def _half_width_pt(line) -> float:
+    """How far, in points, a line and its markers reach from the points it joins."""
+    marker = line.get_marker() not in (None, "", " ", "None", "none")
+    return max(line.get_linewidth() / 2,
+               (line.get_markersize() + line.get_markeredgewidth()) / 2 if marker else 0.0)
 
 
 #: Faded: the experiments a figure shows for context, beside the ones its claim compares.
@@ -482,6 +511,8 @@ def plot_experiments(results: dict, names, compare=None):
         _smoothing_floor(panels["loss"], 0.1)
     fig.legend(handles=_legend_rows(_lab_handles(names, seeds, faded), len(names)),
                loc="outside lower center", fontsize=style.TICK_PT, ncols=max(len(names), len(seeds)))
+    fig.draw_without_rendering()           # the constrained layout sizes the panels' boxes
+    _match_room(panels["match"])
     return fig
 
 
@@ -558,7 +589,13 @@ class ExperimentOverlay(Explorer):
         # widths and marker sizes as drawn alone, and their points in pixels (`_uncover`).
         self.strong = [line for runs in self.lines.values() for run in runs for line in run[1:]]
         self.alone = {line: (line.get_linewidth(), line.get_markersize()) for line in self.strong}
+        # The limits never change (the tick labels stay in the background): they make room
+        # for every run shown at once, each line as wide as it is then.
         self.pixels = {}
+        self._uncover()
+        for panels in self.task_panels.values():
+            _match_room(panels["match"])
+        self.pixels = {}                    # the points' pixels under the limits just set
         self.hint = widgets.HTML("Ctrl-click (Cmd-click on a Mac) picks several experiments.")
         self._build(fig, moving + [self.legend], [self.choice],
                     [widgets.HBox([self.choice, self.hint])])

@@ -207,6 +207,9 @@ def _top_p_cases() -> list[Case]:
         Case("(B, L, V) = (2, 3, 7), float64, p = 0.3", (_random_logits(g, (2, 3, 7), torch.float64), 0.3)),
         Case("(V,) = (6,) with -inf from top-k, p = 0.95",
              (torch.tensor([1.0, -INF, 0.3, 2.0, -INF, 0.8]), 0.95)),
+        # by hand: no contract variation shifts the logits, and no scale makes the largest large and close
+        Case("logits near 100, the largest close together: exp(100) overflows, p = 0.9",
+             (_random_logits(g, (2, 6)) + 100, 0.9)),
     ]
 
 

@@ -125,9 +125,9 @@ def _cases() -> list[Case]:
     problems = _problems() + [
         _Problem("eps given (1e-3), gradients near 1e-3: the eps passed in, not 1e-8", [r(3)], lr=0.1,
                  steps=2, eps=1e-3, grads=[[tiny(3)] for _ in range(2)]),
-        _Problem("zero gradients after non-zero ones: m and v still decay, the parameter still moves",
-                 [r(3), r(2)], lr=0.1, steps=3,
-                 grads=[[r(3), r(2)], [torch.zeros(3), r(2)], [torch.zeros(3), r(2)]]),
+        _Problem("zero gradients after non-zero ones (m, v decay, p moves); two parameters of one shape, own m, v",
+                 [r(3), r(3)], lr=0.1, steps=3,
+                 grads=[[r(3), r(3)], [torch.zeros(3), r(3)], [torch.zeros(3), r(3)]]),
         _Problem("a step where no parameter has a gradient: t counts that call too", [r(3)], lr=0.1,
                  steps=3, grads=[[r(3)], [None], [r(3)]]),
     ]

@@ -248,7 +248,7 @@ def float32_state_init(params):
 
 def test_adam_state_made_with_torch_zeros_of_the_shape_is_named():
     result = _named("adam", (float32_state_init, dict_step),
-                    "state not built like the parameter: use torch.zeros_like(p)")
+                    "float32 inside a float64 step: m and v from torch.zeros(p.shape), or p.grad cast")
     assert "float64" in result.details
 
 

@@ -108,9 +108,9 @@ def _problems() -> list[_Problem]:
     return problems + [
         _Problem("the second parameter has no gradient on step 2 only", [r(3), r(2, 2)], lr=0.1, steps=3,
                  grads=[[r(3), r(2, 2)], [r(3), None], [r(3), r(2, 2)]]),
-        _Problem("float64 parameters, gradients near 1e20 (float32 cannot hold their squares)",
+        _Problem("float64 parameters, gradients near 1e40 (float32 cannot hold them)",
                  [r(3).double(), r(2).double()], lr=0.1, steps=2,
-                 grads=[[1e20 * r(3).double(), r(2).double()] for _ in range(2)]),
+                 grads=[[1e40 * r(3).double(), r(2).double()] for _ in range(2)]),
         _Problem("gradients near 1e-8, as small as eps: the denominator is half sqrt(v_hat), half eps",
                  [r(3)], lr=0.1, steps=2, grads=[[1e-8 * r(3)] for _ in range(2)]),
     ]
@@ -373,9 +373,9 @@ register(Exercise(
                 "this course's t counts optimizer steps: one t for all parameters, +1 on every call, "
                 "also for a parameter that has no gradient this step",
                 (_adam_init_variant(count_per_parameter=True), _adam_step_variant(t_per_parameter="own count"))),
-        Mistake("state not built like the parameter: use torch.zeros_like(p)",
-                "torch.zeros(p.shape) is float32 on the CPU whatever p is; torch.zeros_like(p) has "
-                "p's dtype and device (float32 m and v overflow here)",
+        Mistake("float32 inside a float64 step: m and v from torch.zeros(p.shape), or p.grad cast",
+                "torch.zeros(p.shape) is float32 on the CPU whatever p is, and so is p.grad.float(): float32 "
+                "overflows here; make m and v with torch.zeros_like(p) (p's dtype and device), keep p.grad's",
                 (_adam_init_variant(zeros=lambda p: torch.zeros(p.shape)), _adam_step_variant())),
         Mistake("p.grad changed by the step (the caller's gradients)",
                 _GRAD_AS_SCRATCH_HINT,

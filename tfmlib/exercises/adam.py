@@ -419,6 +419,9 @@ def _sgd_variant(*, skip_none=True, no_grad=True, in_place=True, sign=-1.0, grad
 
 def _sgd_cases() -> list[Case]:
     problems = [dataclasses.replace(_problems()[i], betas=None) for i in (0, 2)]  # SGD has no betas
+    odd = torch.tensor([math.nan, math.inf, 1e40, 1.0], dtype=torch.float64)  # float32 cannot hold 1e40
+    problems.append(_Problem("float64, lr = 3, a gradient holding nan, inf and 1e40: the formula as it is",
+                             [torch.ones(4, dtype=torch.float64)], lr=3.0, betas=None, steps=1, grads=[[odd]]))
     return [Case(problem.description, (problem,)) for problem in problems]
 
 

@@ -36,7 +36,7 @@ import torch
 
 from ..adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
                     warmup_inverse_sqrt_lr)
-from .core import Case, Contract, Exercise, Finding, Mistake, _same_value, body_is_stub, register
+from .core import Case, Contract, Exercise, Finding, Mistake, OutputOverwrittenError, _same_value, body_is_stub, register
 
 # ---- the problems the optimizer is run on -----------------------------------------------------
 
@@ -615,14 +615,21 @@ class _Gradients:
         return f"parameters [{shapes}], max_norm={self.max_norm}"
 
 
-def _clip_run(fn, case: Case):
-    """-> (returned norm, every p.grad afterwards, every parameter afterwards)."""
+def _clip_run(fn, case: Case, factor: float = 1.0):
+    """-> (returned norm, every p.grad afterwards, every parameter afterwards), the gradients the
+    problem's times `factor`; the norm is read after a call on twice the gradients, as a log is."""
     problem = case.args[0]
     params = [p.clone().requires_grad_() for p in problem.params]
     for p, grad in zip(params, problem.grads):
-        p.grad = None if grad is None else grad.clone()
+        p.grad = None if grad is None else grad * factor
     held = [p.grad for p in params]  # what an optimizer holding the gradients would see
     total_norm = fn(params[0] if problem.as_one_tensor else params, problem.max_norm)
+    if factor == 1.0 and isinstance(total_norm, torch.Tensor):
+        logged = total_norm.detach().clone()
+        _clip_run(fn, case, 2.0)  # the next step's call
+        if not _same_value(total_norm.detach(), logged):
+            raise OutputOverwrittenError("the norm your function returned changed when it was called again: it "
+                                         "is a buffer that every call writes\nreturn a new tensor on every call")
     if isinstance(total_norm, torch.Tensor) and total_norm.is_floating_point():
         total_norm = total_norm.detach().double()  # a norm in float64 (more precise) passes too
     elif isinstance(total_norm, torch.Tensor):
@@ -680,6 +687,8 @@ def _clip_cases() -> list[Case]:
                    [r(3)], with_norm(1e-8, (3,)), max_norm=1.0),
         _Gradients("every gradient zero: the norm is 0, nothing to scale (and nothing to divide by)",
                    [r(3), r(2)], [torch.zeros(3), torch.zeros(2)], max_norm=1.0),
+        _Gradients("float16 gradients of norm 500: squared in float16 they overflow (65504 at most)",
+                   [r(2).half(), r(1).half()], [torch.tensor([300.0, 0.0]).half(), torch.tensor([400.0]).half()], 1.0),
     ]
     return [Case(problem.description, (problem,)) for problem in problems]
 

@@ -15,7 +15,7 @@ import torch
 from tfmlib import decoder, embed, encoder, padding_mask, sinusoidal_positional_encoding, target_mask
 from tfmlib.embeddings import add_positional_encoding
 from tfmlib.exercises import REGISTRY, check
-from tfmlib.training import EOS_ID, PAD_ID, decode_target, encode_source, forward
+from tfmlib.training import EOS_ID, PAD_ID, attention_layers, decode_target, encode_source, forward
 
 
 def _passes(name, answer):
@@ -248,7 +248,7 @@ def float32_state_init(params):
 
 def test_adam_state_made_with_torch_zeros_of_the_shape_is_named():
     result = _named("adam", (float32_state_init, dict_step),
-                    "state not built like the parameter: use torch.zeros_like(p)")
+                    "float32 inside a float64 step: m and v from torch.zeros(p.shape), or p.grad cast")
     assert "float64" in result.details
 
 
@@ -370,15 +370,20 @@ def test_shift_right_with_a_start_token_prepended_is_named():
 # ---- forward ----------------------------------------------------------------------------------
 
 def forward_from_stacks(params, src, tgt_in, config, training=False):
+    """Rebuilt from the stacks, following every field of the config as the two halves do."""
     options = dict(norm_first=config.norm_first, dropout_p=config.dropout_p, training=training)
     # the table in the model's dtype: a float32 table would turn a float16 model's logits float32
     pe = sinusoidal_positional_encoding(config.max_len, config.d_model, dtype=params["embedding"].dtype)
+
+    def embedded(ids):
+        x = embed(ids, params["embedding"])
+        return add_positional_encoding(x, pe) if config.positional else x
+
     src_mask = padding_mask(src, PAD_ID)
-    memory = encoder(add_positional_encoding(embed(src, params["embedding"]), pe), params["encoder"],
+    memory = encoder(embedded(src), attention_layers(params, "encoder", config),
                      config.num_heads, src_mask, final_norm=params["encoder_norm"], **options)
-    y = add_positional_encoding(embed(tgt_in, params["embedding"]), pe)
-    hidden = decoder(y, memory, params["decoder"], config.num_heads, target_mask(tgt_in, PAD_ID),
-                     src_mask, final_norm=params["decoder_norm"], **options)
+    hidden = decoder(embedded(tgt_in), memory, attention_layers(params, "decoder", config), config.num_heads,
+                     target_mask(tgt_in, PAD_ID), src_mask, final_norm=params["decoder_norm"], **options)
     return torch.einsum("bld,vd->blv", hidden, params["embedding"]) + params["out_bias"]
 
 

@@ -110,8 +110,9 @@ def clip_norm_in_float64(parameters, max_norm):
 
 
 def clip_loop(parameters, max_norm):
+    """Squares summed in float32: in float16 a gradient of 300 squared overflows."""
     params = [parameters] if torch.is_tensor(parameters) else list(parameters)
-    squares = [(p.grad ** 2).sum() for p in params if p.grad is not None]
+    squares = [(p.grad.float() ** 2).sum() for p in params if p.grad is not None]
     if not squares:
         return torch.zeros(())
     total = torch.sqrt(torch.stack(squares).sum())

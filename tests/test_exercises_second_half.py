@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfmlib import (decoder, embed, encoder, encoder_layer, layer_norm, multi_head_attention,
-                    padding_mask, residual_sublayer, sinusoidal_positional_encoding, target_mask)
-from tfmlib.embeddings import add_positional_encoding
+from tfmlib import (decoder, encoder, encoder_layer, layer_norm, multi_head_attention, padding_mask,
+                    residual_sublayer, target_mask)
 from tfmlib.exercises import REGISTRY, check, solution
-from tfmlib.training import PAD_ID, decode_target, encode_source, forward
+from tfmlib.training import (PAD_ID, attention_layers, decode_target, embed_with_positions, encode_source,
+                             forward)
 
 EXERCISES = ["linear", "split_heads", "merge_heads", "multi_head_attention", "feed_forward",
              "dropout", "layer_norm", "residual_sublayer", "encoder_layer", "encoder",
@@ -283,14 +283,14 @@ def forward_by_keywords(params, src, tgt_in, config, training=False):
 
 
 def forward_written_out(params, src, tgt_in, config, training=False):
+    """From the stacks, following every field of the config (positions and score scaling too)."""
     options = dict(norm_first=config.norm_first, dropout_p=config.dropout_p, training=training)
-    pe = sinusoidal_positional_encoding(config.max_len, config.d_model, dtype=params["embedding"].dtype)
     src_mask = padding_mask(src, PAD_ID)
-    memory = encoder(add_positional_encoding(embed(src, params["embedding"]), pe), params["encoder"],
+    memory = encoder(embed_with_positions(params, src, config), attention_layers(params, "encoder", config),
                      config.num_heads, src_mask, final_norm=params["encoder_norm"], **options)
-    y = add_positional_encoding(embed(tgt_in, params["embedding"]), pe)
-    hidden = decoder(y, memory, params["decoder"], config.num_heads, target_mask(tgt_in, PAD_ID),
-                     src_mask, final_norm=params["decoder_norm"], **options)
+    y = embed_with_positions(params, tgt_in, config)
+    hidden = decoder(y, memory, attention_layers(params, "decoder", config), config.num_heads,
+                     target_mask(tgt_in, PAD_ID), src_mask, final_norm=params["decoder_norm"], **options)
     return hidden @ params["embedding"].T + params["out_bias"]
 
 

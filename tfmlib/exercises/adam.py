@@ -36,7 +36,7 @@ import torch
 
 from ..adam import (adam_init, adam_step, adamw_step, clip_grad_norm, sgd_step, warmup_cosine_lr,
                     warmup_inverse_sqrt_lr)
-from .core import Case, Contract, Exercise, Finding, Mistake, _same_value, body_is_stub, register
+from .core import Case, Contract, Exercise, Finding, Mistake, OutputOverwrittenError, _same_value, body_is_stub, register
 
 # ---- the problems the optimizer is run on -----------------------------------------------------
 
@@ -108,9 +108,9 @@ def _problems() -> list[_Problem]:
     return problems + [
         _Problem("the second parameter has no gradient on step 2 only", [r(3), r(2, 2)], lr=0.1, steps=3,
                  grads=[[r(3), r(2, 2)], [r(3), None], [r(3), r(2, 2)]]),
-        _Problem("float64 parameters, gradients near 1e20 (float32 cannot hold their squares)",
+        _Problem("float64 parameters, gradients near 1e40 (float32 cannot hold them)",
                  [r(3).double(), r(2).double()], lr=0.1, steps=2,
-                 grads=[[1e20 * r(3).double(), r(2).double()] for _ in range(2)]),
+                 grads=[[1e40 * r(3).double(), r(2).double()] for _ in range(2)]),
         _Problem("gradients near 1e-8, as small as eps: the denominator is half sqrt(v_hat), half eps",
                  [r(3)], lr=0.1, steps=2, grads=[[1e-8 * r(3)] for _ in range(2)]),
     ]
@@ -125,9 +125,9 @@ def _cases() -> list[Case]:
     problems = _problems() + [
         _Problem("eps given (1e-3), gradients near 1e-3: the eps passed in, not 1e-8", [r(3)], lr=0.1,
                  steps=2, eps=1e-3, grads=[[tiny(3)] for _ in range(2)]),
-        _Problem("zero gradients after non-zero ones: m and v still decay, the parameter still moves",
-                 [r(3), r(2)], lr=0.1, steps=3,
-                 grads=[[r(3), r(2)], [torch.zeros(3), r(2)], [torch.zeros(3), r(2)]]),
+        _Problem("zero gradients after non-zero ones (m, v decay, p moves); two parameters of one shape, own m, v",
+                 [r(3), r(3)], lr=0.1, steps=3,
+                 grads=[[r(3), r(3)], [torch.zeros(3), r(3)], [torch.zeros(3), r(3)]]),
         _Problem("a step where no parameter has a gradient: t counts that call too", [r(3)], lr=0.1,
                  steps=3, grads=[[r(3)], [None], [r(3)]]),
     ]
@@ -373,9 +373,9 @@ register(Exercise(
                 "this course's t counts optimizer steps: one t for all parameters, +1 on every call, "
                 "also for a parameter that has no gradient this step",
                 (_adam_init_variant(count_per_parameter=True), _adam_step_variant(t_per_parameter="own count"))),
-        Mistake("state not built like the parameter: use torch.zeros_like(p)",
-                "torch.zeros(p.shape) is float32 on the CPU whatever p is; torch.zeros_like(p) has "
-                "p's dtype and device (float32 m and v overflow here)",
+        Mistake("float32 inside a float64 step: m and v from torch.zeros(p.shape), or p.grad cast",
+                "torch.zeros(p.shape) is float32 on the CPU whatever p is, and so is p.grad.float(): float32 "
+                "overflows here; make m and v with torch.zeros_like(p) (p's dtype and device), keep p.grad's",
                 (_adam_init_variant(zeros=lambda p: torch.zeros(p.shape)), _adam_step_variant())),
         Mistake("p.grad changed by the step (the caller's gradients)",
                 _GRAD_AS_SCRATCH_HINT,
@@ -419,6 +419,9 @@ def _sgd_variant(*, skip_none=True, no_grad=True, in_place=True, sign=-1.0, grad
 
 def _sgd_cases() -> list[Case]:
     problems = [dataclasses.replace(_problems()[i], betas=None) for i in (0, 2)]  # SGD has no betas
+    odd = torch.tensor([math.nan, math.inf, 1e40, 1.0], dtype=torch.float64)  # float32 cannot hold 1e40
+    problems.append(_Problem("float64, lr = 3, a gradient holding nan, inf and 1e40: the formula as it is",
+                             [torch.ones(4, dtype=torch.float64)], lr=3.0, betas=None, steps=1, grads=[[odd]]))
     return [Case(problem.description, (problem,)) for problem in problems]
 
 
@@ -612,14 +615,21 @@ class _Gradients:
         return f"parameters [{shapes}], max_norm={self.max_norm}"
 
 
-def _clip_run(fn, case: Case):
-    """-> (returned norm, every p.grad afterwards, every parameter afterwards)."""
+def _clip_run(fn, case: Case, factor: float = 1.0):
+    """-> (returned norm, every p.grad afterwards, every parameter afterwards), the gradients the
+    problem's times `factor`; the norm is read after a call on twice the gradients, as a log is."""
     problem = case.args[0]
     params = [p.clone().requires_grad_() for p in problem.params]
     for p, grad in zip(params, problem.grads):
-        p.grad = None if grad is None else grad.clone()
+        p.grad = None if grad is None else grad * factor
     held = [p.grad for p in params]  # what an optimizer holding the gradients would see
     total_norm = fn(params[0] if problem.as_one_tensor else params, problem.max_norm)
+    if factor == 1.0 and isinstance(total_norm, torch.Tensor):
+        logged = total_norm.detach().clone()
+        _clip_run(fn, case, 2.0)  # the next step's call
+        if not _same_value(total_norm.detach(), logged):
+            raise OutputOverwrittenError("the norm your function returned changed when it was called again: it "
+                                         "is a buffer that every call writes\nreturn a new tensor on every call")
     if isinstance(total_norm, torch.Tensor) and total_norm.is_floating_point():
         total_norm = total_norm.detach().double()  # a norm in float64 (more precise) passes too
     elif isinstance(total_norm, torch.Tensor):
@@ -677,6 +687,8 @@ def _clip_cases() -> list[Case]:
                    [r(3)], with_norm(1e-8, (3,)), max_norm=1.0),
         _Gradients("every gradient zero: the norm is 0, nothing to scale (and nothing to divide by)",
                    [r(3), r(2)], [torch.zeros(3), torch.zeros(2)], max_norm=1.0),
+        _Gradients("float16 gradients of norm 500: squared in float16 they overflow (65504 at most)",
+                   [r(2).half(), r(1).half()], [torch.tensor([300.0, 0.0]).half(), torch.tensor([400.0]).half()], 1.0),
     ]
     return [Case(problem.description, (problem,)) for problem in problems]
 

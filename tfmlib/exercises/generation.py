@@ -45,8 +45,9 @@ def _random_logits(g, shape, dtype=torch.float32, integer=False, scale=2.0):
 def _temperature_cases() -> list[Case]:
     g = torch.Generator().manual_seed(140)
     return [
-        Case("(B, V) = (3, 7), T = 0.5: sharper", (_random_logits(g, (3, 7)), 0.5)),
-        Case("(V,) = (9,), T = 2: flatter", (_random_logits(g, (9,)), 2.0)),
+        # T = 20 on the case scaled by 100: softmax(logits) ** (1 / T) rounds to 0 what the reference keeps
+        Case("(B, V) = (3, 7), T = 20: nearly uniform", (_random_logits(g, (3, 7)), 20.0)),
+        Case("(V,) = (9,), T = 0.5: sharper", (_random_logits(g, (9,)), 0.5)),
         Case("(B, L, V) = (2, 3, 5), T = 1: plain softmax", (_random_logits(g, (2, 3, 5)), 1.0)),
         Case("float64, (4, 6), T = 0.8", (_random_logits(g, (4, 6), torch.float64), 0.8)),
         Case("large logits (a confident model), T = 0.25",
@@ -75,6 +76,12 @@ register(Exercise(
         Mistake("temperature ignored (or applied after the softmax and renormalised, where it cancels)",
                 "softmax(logits / T): the temperature must change the logits before the softmax",
                 lambda logits, temperature: torch.softmax(logits, dim=-1)),
+        Mistake("probabilities raised to the power 1 / T and renormalised",
+                "equal in exact arithmetic, not in floats: softmax(logits) rounds the small probabilities "
+                "to 0 before the power can raise them; divide the logits, softmax(logits / T)",
+                # exp(log(p) / T), p in float32 even in the engine's float64 run: its rounding is the mistake
+                lambda logits, temperature=1.0: _exp_over_sum(
+                    torch.softmax(logits.float(), dim=-1).log().to(logits.dtype), temperature)),
         Mistake("logits multiplied by the temperature",
                 "divide: T < 1 must make the distribution sharper, T > 1 flatter",
                 lambda logits, temperature: torch.softmax(logits * temperature, dim=-1)),
@@ -200,6 +207,9 @@ def _top_p_cases() -> list[Case]:
         Case("(B, L, V) = (2, 3, 7), float64, p = 0.3", (_random_logits(g, (2, 3, 7), torch.float64), 0.3)),
         Case("(V,) = (6,) with -inf from top-k, p = 0.95",
              (torch.tensor([1.0, -INF, 0.3, 2.0, -INF, 0.8]), 0.95)),
+        # by hand: no contract variation shifts the logits, and no scale makes the largest large and close
+        Case("logits near 100, the largest close together: exp(100) overflows, p = 0.9",
+             (_random_logits(g, (2, 6)) + 100, 0.9)),
     ]
 
 
@@ -327,7 +337,8 @@ def _cached_attention_variant(axis=2, new_first=False, mask="last rows", keep_ca
 
 register(Exercise(
     name="cached_self_attention",
-    contract=Contract(axes={"B": {"x": (0,), "cache": (0,)}, "L": {"x": (1,)}}, base=2),
+    contract=Contract(axes={"B": {"x": (0,), "cache": (0,)}, "L": {"x": (1,)}},
+                      scales={"x": (1e3,)}, base=2),  # scores far past 1e4: a fill of -1e4 lets masked keys win
     reference=cached_self_attention,
     make_cases=_attention_cases,
     output_names=("output", "new cache"),

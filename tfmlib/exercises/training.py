@@ -16,6 +16,7 @@ The logits feed training, so the gradient reaching every weight must match the r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 
@@ -101,13 +102,15 @@ def _model(config: ModelConfig, g: torch.Generator) -> dict:
 
 def _forward_cases() -> list[Case]:
     g = torch.Generator().manual_seed(101)
-    params = _model(_CONFIG, g)
+    # by hand, as a contract value brings no params of two layers: every switch off the default
+    other = dataclasses.replace(_CONFIG, num_layers=2, norm_first=False, positional=False, scale_scores=False)
+    models = [(_CONFIG, _model(_CONFIG, g))] * 2 + [(other, _model(other, g))]
     cases = []
-    for training, count in ((False, 3), (True, 2), (False, 2)):
+    for (config, params), training, count in zip(models, (False, True, False), (3, 2, 2)):
         src, tgt = make_batch("reverse", count, 2, 6, False, g)
         label = "training=True: dropout on" if training else "training=False: evaluation"
-        cases.append(Case(f"{label}, {count} sequences",
-                          (params, src, shift_right(tgt)[0], _CONFIG, training)))
+        label += "" if config is _CONFIG else ", 2 layers, Post-LN, no positions, scores not scaled"
+        cases.append(Case(f"{label}, {count} sequences", (params, src, shift_right(tgt)[0], config, training)))
     return cases
 
 

@@ -1061,7 +1061,7 @@ def _compare(expected, actual, exercise: Exercise) -> str | None:
                 f"`scores / scale`, not `scores /= scale`; copy a list before editing it)")
     if actual.changed != expected.changed:
         return f"it leaves {', '.join(expected.changed)} unchanged where the other one does not"
-    if any(bool(torch.isnan(t).any()) for t in _tensors_in(_unclosed(expected.value))):
+    if any(t.is_floating_point() and bool(torch.isnan(t).any()) for t in _tensors_in(_unclosed(expected.value))):
         return None  # the gradients of an output that is NaN (nothing to average) say nothing
     return _compare_gradients(expected.gradients, actual.gradients, exercise) \
         or _compare_moved(expected.moved, actual.moved)
@@ -1206,11 +1206,12 @@ def _compare_tensors(expected, actual, exercise: Exercise, path: str) -> str | N
         return f"{path}: dtype {actual.dtype}, expected {expected.dtype}"
     if actual.device != expected.device:
         return f"{path}: on device {actual.device}, expected {expected.device}"
+    if torch.equal(actual, expected):  # exactly: no tolerance arithmetic (a second on a 5005 x 5005 float mask)
+        return None
     if expected.dtype == torch.bool or not expected.is_floating_point():
-        if torch.equal(actual, expected):
-            return None
-        where = tuple((actual != expected).nonzero()[0].tolist())
-        return (f"{path}: values differ at {int((actual != expected).sum())} positions\n"
+        differ = actual != expected  # its first True by argmax: nonzero() lists them all (25M in a 5005 causal mask)
+        where = tuple(int(i) for i in np.unravel_index(int(differ.flatten().byte().argmax()), differ.shape))
+        return (f"{path}: values differ at {int(torch.count_nonzero(differ))} positions\n"
                 f"first at index {where}: expected {expected[where].item()}, got {actual[where].item()}")
     if actual.numel() == 0:
         return None

@@ -446,6 +446,7 @@ def _detached(value):
 
 LONG, WIDE = 65, 257  # past every length (64) and every width (256) that the notebooks use
 FAR = 1025  # past 1024: an answer's 512-row buffer shows
+TABLE = 5001  # past the 5000 rows of the table learners copy and slice (The Annotated Transformer's max_len)
 HALF_FAR = 513  # past 512, where past 1024 costs too much: a 512 x 512 causal buffer shows
 _PAST = ", past the notebook's sizes"
 
@@ -481,6 +482,9 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     # past 1024 where that costs the reference under ~50 ms, else past 512 where that does
     far = _far_sizes().get(exercise.name, {})
     derived += [_resized(case, names, axis, contract.axes[axis], far[axis]) for axis in contract.axes if axis in far]
+    # a length given as an int builds a table of that length (a PE table, a causal mask): past TABLE too
+    derived += [_resized(case, names, axis, where, TABLE) for axis, where in contract.axes.items()
+                if axis not in contract.wide and not any(where.values())]
     for name in [*names, *case.kwargs]:  # a mask that hides every key, and one that hides none
         mask = _value_of(case, names, name)
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:

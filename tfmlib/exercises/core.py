@@ -493,7 +493,7 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     for name in contract.text:
         value = _value_of(case, names, name)
         derived += [_with(case, names, name, lambda v, f=f: _typed(v, f), label) for label, f in _TYPED
-                    if not _same_value(_typed(value, f), value)]
+                    if repr(_typed(value, f)) != repr(value)]  # repr, not ==: np.int64(5) == 5
     for name, factors in contract.scales.items():
         derived += [_with(case, names, name, lambda v, f=f: _map_tensors(
             v, lambda t: t * f if t.is_floating_point() else t), f"`{name}` times {f:g}") for f in factors]
@@ -585,19 +585,21 @@ def _far_sizes() -> dict[str, dict[str, int]]:
     return json.loads(FAR_SIZES_FILE.read_text())
 
 
-# Text as learners type it: whitespace of every kind, punctuation stuck to every word; and
-# (None) the whole text, list or id sequence given twice, so that specials such as <eos> repeat.
+# Text as learners type it: whitespace of every kind, punctuation stuck to every word; (None) the whole text,
+# list or id sequence given twice, so that specials such as <eos> repeat; ids as NumPy integers (np.argmax's).
 _TYPED = (("typed with tabs, newlines and double spaces", lambda s: "\t" + s.replace(" ", "  \n\t") + "\n"),
           ("punctuation stuck to every word", lambda s: re.sub(r"(\S+)", r"\1,", s)),
-          ("given twice in a row (its specials repeated)", None))
+          ("given twice in a row (its specials repeated)", None),
+          ("its ids NumPy integers (np.int64)", np.int64))
 
 
 def _typed(value, how):
     if how is None:
         return torch.cat([value, value]) if isinstance(value, torch.Tensor) \
             else value + " " + value if isinstance(value, str) else value + value
-    return how(value) if isinstance(value, str) else [_typed(v, how) for v in value] \
-        if isinstance(value, list) else value
+    if isinstance(value, list):
+        return [_typed(v, how) for v in value]
+    return how(value) if isinstance(value, int if how is np.int64 else str) else value
 
 
 def _has_tensor(value) -> bool:

@@ -220,6 +220,9 @@ def _rope_cases() -> list[Case]:
              {"positions": torch.arange(4, 7)}),
         Case("one position, one pair (L = 1, D = 2)", (torch.randn(3, 1, 2, generator=g),)),
         Case("the first case's L with another D: nothing kept by L alone", (torch.randn(5, 8, generator=g),)),
+        # by hand: tiling L repeats the given positions, so no derived case goes past a table
+        Case("float16 inputs at positions 10000 and on (past a 4096- or 8192-row table; float16 angles: radians off)",
+             (torch.randn(2, 3, 4, generator=g).half(),), {"positions": torch.arange(10000, 10003)}),
     ]
 
 

@@ -257,9 +257,9 @@ def rope_hugging_face(x, positions=None):      # transformers' rotate_half and c
     pos = torch.arange(L) if positions is None else positions
     inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
     freqs = torch.outer(pos.float(), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1).to(x.dtype)
+    emb = torch.cat((freqs, freqs), dim=-1)  # cos and sin taken in float32, then cast, as transformers does
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
-    return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
+    return x * emb.cos().to(x.dtype) + torch.cat((-x2, x1), dim=-1) * emb.sin().to(x.dtype)
 
 
 def rope_ignoring_positions(x, positions=None):
@@ -421,9 +421,9 @@ def rope_where_and_roll(x, positions=None):
     L, D = x.shape[-2:]
     pos = torch.arange(L) if positions is None else positions
     column = torch.arange(D)
-    theta = (pos[:, None] * 10000 ** (-(column - column % 2) / D)).to(x.dtype)
+    theta = pos[:, None] * 10000 ** (-(column - column % 2) / D)  # float32: in float16, 10001 would be 10000
     rotated = torch.where(column % 2 == 0, -x.roll(-1, dims=-1), x.roll(1, dims=-1))
-    return x * theta.cos() + rotated * theta.sin()
+    return x * theta.cos().to(x.dtype) + rotated * theta.sin().to(x.dtype)
 
 
 def rope_float64_inside(x, positions=None):

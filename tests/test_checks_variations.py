@@ -406,9 +406,10 @@ def rope_with_float32_frequencies(x, positions=None, base=10000.0):
     """float32 constants (the frequencies), float64 arithmetic on float64 x: right."""
     length, dim = x.shape[-2], x.shape[-1]
     positions = torch.arange(length) if positions is None else positions
-    freqs = (base ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)).to(x.dtype)
-    angles = positions.to(x.dtype)[:, None] * freqs                    # (L, D/2)
-    cos, sin = angles.cos(), angles.sin()
+    wide = torch.promote_types(x.dtype, torch.float32)  # float16 angles are radians off at position 10000
+    freqs = (base ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)).to(wide)
+    angles = positions.to(wide)[:, None] * freqs                       # (L, D/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 

@@ -500,9 +500,9 @@ def rope_neox(x, positions=None):
     pos = torch.arange(L) if positions is None else positions
     inv = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
     freqs = torch.outer(pos.float(), inv)
-    emb = torch.cat((freqs, freqs), dim=-1).to(x.dtype)
+    emb = torch.cat((freqs, freqs), dim=-1)  # cos and sin taken in float32, then cast, as transformers does
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
-    return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
+    return x * emb.cos().to(x.dtype) + torch.cat((-x2, x1), dim=-1) * emb.sin().to(x.dtype)
 
 
 def rope_clockwise(x, positions=None):

@@ -71,7 +71,7 @@ def mha_loop(query, key, value, params, num_heads, mask=None):
         v = value @ params["w_v"][rows].T + params["b_v"][rows]
         scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)            # (B, Lq, Lk)
         if mask is not None:
-            scores = scores.masked_fill(~mask[:, 0], float("-inf"))
+            scores = scores.masked_fill(~mask[:, h if mask.size(1) > 1 else 0], float("-inf"))  # head h's
         w = torch.softmax(scores, dim=-1).nan_to_num(0.0)
         contexts.append(w @ v)
         weights.append(w)

@@ -6,6 +6,8 @@ error from deep inside torch.
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from .shapes import broadcast_shape
@@ -94,8 +96,8 @@ def require_non_negative(name: str, value) -> float:
 
 
 def require_token_id(name: str, value) -> int:
-    """One id, such as the `<pad>` id: an int, not the token's str or a float."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """One id, such as the `<pad>` id: an int or a NumPy integer, not the token's str or a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an int token id such as vocab['<pad>'], got {value!r}")
     return value
 

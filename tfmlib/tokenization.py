@@ -1,6 +1,7 @@
 """Notebook 02: sentence -> tokens -> ids -> a padded (B, L) LongTensor, and back."""
 from __future__ import annotations
 
+import numbers
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -171,5 +172,6 @@ def _check_pad_batch_inputs(id_lists, pad_id, max_len) -> None:
         if not hasattr(ids, "__len__"):  # a flat list of ids is one sequence, not a batch
             raise TypeError(f"id_lists[{row}]: expected a list of ids, got {ids!r}; "
                             f"for one sequence pass [ids]")
-        if not all(isinstance(i, int) for i in ids):  # torch.tensor(..., long) would truncate 2.7 to 2
+        # Python ints or NumPy integers (notebook 02 promises both); torch.tensor(..., long) would truncate 2.7 to 2
+        if not all(isinstance(i, numbers.Integral) for i in ids):
             raise TypeError(f"id_lists[{row}]: expected integer ids, got {list(ids)!r}")

@@ -109,7 +109,8 @@ register(Exercise(
         axes={"B": {"query": (0,), "key": (0,), "value": (0,), "mask": (0,)},
               "H": {"query": (1,), "key": (1,), "value": (1,), "mask": (1,)},
               "Lq": {"query": (-2,), "mask": (-2,)}, "Lk": {"key": (-2,), "value": (-2,), "mask": (-1,)}},
-        drop=("H",), scales={"query": (100.0, 1e5)}, base=3),  # scores far below a fill of -1e4
+        drop=("H",), scales={"query": (100.0, 1e5)}, base=3,  # scores far below a fill of -1e4
+        values={"mask": (torch.rand(3, 2, 5, 5, generator=torch.Generator().manual_seed(9)) < 0.6,)}),  # one per head
     reference=scaled_dot_product_attention,
     make_cases=_cases,
     gradients=True,

@@ -446,6 +446,7 @@ def _detached(value):
 
 LONG, WIDE = 65, 257  # past every length (64) and every width (256) that the notebooks use
 FAR = 1025  # past 1024: an answer's 512-row buffer shows
+TABLE = 5001  # past the 5000 rows of the table learners copy and slice (The Annotated Transformer's max_len)
 HALF_FAR = 513  # past 512, where past 1024 costs too much: a 512 x 512 causal buffer shows
 _PAST = ", past the notebook's sizes"
 
@@ -481,6 +482,9 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     # past 1024 where that costs the reference under ~50 ms, else past 512 where that does
     far = _far_sizes().get(exercise.name, {})
     derived += [_resized(case, names, axis, contract.axes[axis], far[axis]) for axis in contract.axes if axis in far]
+    # a length given as an int builds a table of that length (a PE table, a causal mask): past TABLE too
+    derived += [_resized(case, names, axis, where, TABLE) for axis, where in contract.axes.items()
+                if axis not in contract.wide and not any(where.values())]
     for name in [*names, *case.kwargs]:  # a mask that hides every key, and one that hides none
         mask = _value_of(case, names, name)
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
@@ -489,7 +493,7 @@ def variations(exercise: Exercise, own: list[Case]) -> list[Case]:
     for name in contract.text:
         value = _value_of(case, names, name)
         derived += [_with(case, names, name, lambda v, f=f: _typed(v, f), label) for label, f in _TYPED
-                    if not _same_value(_typed(value, f), value)]
+                    if repr(_typed(value, f)) != repr(value)]  # repr, not ==: np.int64(5) == 5
     for name, factors in contract.scales.items():
         derived += [_with(case, names, name, lambda v, f=f: _map_tensors(
             v, lambda t: t * f if t.is_floating_point() else t), f"`{name}` times {f:g}") for f in factors]
@@ -581,19 +585,21 @@ def _far_sizes() -> dict[str, dict[str, int]]:
     return json.loads(FAR_SIZES_FILE.read_text())
 
 
-# Text as learners type it: whitespace of every kind, punctuation stuck to every word; and
-# (None) the whole text, list or id sequence given twice, so that specials such as <eos> repeat.
+# Text as learners type it: whitespace of every kind, punctuation stuck to every word; (None) the whole text,
+# list or id sequence given twice, so that specials such as <eos> repeat; ids as NumPy integers (np.argmax's).
 _TYPED = (("typed with tabs, newlines and double spaces", lambda s: "\t" + s.replace(" ", "  \n\t") + "\n"),
           ("punctuation stuck to every word", lambda s: re.sub(r"(\S+)", r"\1,", s)),
-          ("given twice in a row (its specials repeated)", None))
+          ("given twice in a row (its specials repeated)", None),
+          ("its ids NumPy integers (np.int64)", np.int64))
 
 
 def _typed(value, how):
     if how is None:
         return torch.cat([value, value]) if isinstance(value, torch.Tensor) \
             else value + " " + value if isinstance(value, str) else value + value
-    return how(value) if isinstance(value, str) else [_typed(v, how) for v in value] \
-        if isinstance(value, list) else value
+    if isinstance(value, list):
+        return [_typed(v, how) for v in value]
+    return how(value) if isinstance(value, int if how is np.int64 else str) else value
 
 
 def _has_tensor(value) -> bool:
@@ -1061,7 +1067,7 @@ def _compare(expected, actual, exercise: Exercise) -> str | None:
                 f"`scores / scale`, not `scores /= scale`; copy a list before editing it)")
     if actual.changed != expected.changed:
         return f"it leaves {', '.join(expected.changed)} unchanged where the other one does not"
-    if any(bool(torch.isnan(t).any()) for t in _tensors_in(_unclosed(expected.value))):
+    if any(t.is_floating_point() and bool(torch.isnan(t).any()) for t in _tensors_in(_unclosed(expected.value))):
         return None  # the gradients of an output that is NaN (nothing to average) say nothing
     return _compare_gradients(expected.gradients, actual.gradients, exercise) \
         or _compare_moved(expected.moved, actual.moved)
@@ -1206,11 +1212,12 @@ def _compare_tensors(expected, actual, exercise: Exercise, path: str) -> str | N
         return f"{path}: dtype {actual.dtype}, expected {expected.dtype}"
     if actual.device != expected.device:
         return f"{path}: on device {actual.device}, expected {expected.device}"
+    if torch.equal(actual, expected):  # exactly: no tolerance arithmetic (a second on a 5005 x 5005 float mask)
+        return None
     if expected.dtype == torch.bool or not expected.is_floating_point():
-        if torch.equal(actual, expected):
-            return None
-        where = tuple((actual != expected).nonzero()[0].tolist())
-        return (f"{path}: values differ at {int((actual != expected).sum())} positions\n"
+        differ = actual != expected  # its first True by argmax: nonzero() lists them all (25M in a 5005 causal mask)
+        where = tuple(int(i) for i in np.unravel_index(int(differ.flatten().byte().argmax()), differ.shape))
+        return (f"{path}: values differ at {int(torch.count_nonzero(differ))} positions\n"
                 f"first at index {where}: expected {expected[where].item()}, got {actual[where].item()}")
     if actual.numel() == 0:
         return None

@@ -114,8 +114,8 @@ _TENSOR2TENSOR = _pe(exponent=lambda i, d: i / max(d // 2 - 1, 1), halves=True)
 
 register(Exercise(
     name="sinusoidal_positional_encoding",
-    contract=Contract(axes={"L": {"max_len": ()}, "D": {"d_model": ()}},
-                                                       wide=("D",), float64=False),
+    contract=Contract(axes={"L": {"max_len": ()}, "D": {"d_model": ()}}, wide=("D",), float64=False,
+                      base=5),  # d_model 2, one frequency (1): a float32 answer stays exact past 5000 rows
     reference=sinusoidal_positional_encoding,
     make_cases=_pe_cases,
     atol=1e-4,
@@ -220,6 +220,9 @@ def _rope_cases() -> list[Case]:
              {"positions": torch.arange(4, 7)}),
         Case("one position, one pair (L = 1, D = 2)", (torch.randn(3, 1, 2, generator=g),)),
         Case("the first case's L with another D: nothing kept by L alone", (torch.randn(5, 8, generator=g),)),
+        # by hand: tiling L repeats the given positions, so no derived case goes past a table
+        Case("float16 inputs at positions 10000 and on (past a 4096- or 8192-row table; float16 angles: radians off)",
+             (torch.randn(2, 3, 4, generator=g).half(),), {"positions": torch.arange(10000, 10003)}),
     ]
 
 

@@ -250,7 +250,8 @@ register(Exercise(
     contract=Contract(
         axes={"B": {"query": (0,), "key": (0,), "value": (0,), "mask": (0,)},
               "Lq": {"query": (1,), "mask": (-2,)}, "Lk": {"key": (1,), "value": (1,), "mask": (-1,)}},
-        scales={"query": (100.0,)}, base=1),
+        scales={"query": (100.0,)}, base=1,  # and a mask with a pattern of its own in each head
+        values={"mask": (torch.rand(3, 2, 3, 6, generator=torch.Generator().manual_seed(9)) < 0.6,)}),
     reference=multi_head_attention,
     make_cases=_mha_cases,
     gradients=True,

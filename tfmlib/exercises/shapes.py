@@ -96,10 +96,10 @@ def _stretched(size_a, size_b):
 
 
 def _broadcast(shape_a, shape_b, *, pick=_stretched, left=False, on_clash=ValueError,
-               message="sizes {} and {} clash"):
+               message="sizes {} and {} clash", clash=_clash):
     result = []
     for size_a, size_b in zip(*_align(shape_a, shape_b, left=left)):
-        if _clash(size_a, size_b) and on_clash is not None:
+        if clash(size_a, size_b) and on_clash is not None:
             raise on_clash(message.format(size_a, size_b))
         result.append(pick(size_a, size_b))
     return tuple(result)
@@ -161,6 +161,9 @@ register(Exercise(
                 "a size-1 axis takes the other size, even 0: (0, 3) with (1, 3) gives (0, 3), "
                 "but max(0, 1) is 1",
                 _rule(max)),
+        Mistake("a size 0 stretched like a 1",
+                "only a 1 stretches: (0, 3) with (1, 3) gives (0, 3), and (0,) with (2,) clashes",
+                _rule(lambda a, b: b if a in (0, 1) else a, clash=lambda a, b: _clash(a, b) and 0 not in (a, b))),
         Mistake("error message does not say which sizes clash",
                 "name the two sizes that clash, e.g. ValueError(f'axis {axis}: sizes {size_a} and "
                 "{size_b} clash'); the shapes alone leave the reader to line them up",

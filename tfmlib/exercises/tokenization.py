@@ -346,6 +346,7 @@ def _pad_mistake(name, hint, *hows):
 
 register(Exercise(
     name="pad_batch",
+    contract=Contract(text=("id_lists", "pad_id")),  # ids as NumPy integers, the batch given twice
     reference=pad_batch,
     make_cases=lambda: _pad_cases() + _tricky_cases("pad_batch"),
     mistakes=[

@@ -401,9 +401,8 @@ def _gradients(value, leaves: dict[str, torch.Tensor]):
         return None
     loss = sum((t * _projection(t.shape, i, t.dtype)).sum() for i, t in enumerate(outputs))
     if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-        return ("no gradient flows back through your output: was it computed outside autograd "
-                "(NumPy, .item() or .tolist(), torch.tensor(...) of values, .detach(), or under "
-                "torch.no_grad())?")
+        return ("no gradient flows back through your output: was it computed outside autograd (NumPy, "
+                ".item() or .tolist(), torch.tensor(...) of values, .detach(), or under torch.no_grad())?")
     try:
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     except RuntimeError as error:  # e.g. a tensor autograd needs was overwritten in place
@@ -751,9 +750,8 @@ def check(name: str, fn, cases: list[Case] | None = None) -> CheckResult:
         return result
     except Exception as error:  # the checker's own bug, or an output too odd to compare
         return CheckResult(str(name), "failed", "the checker itself failed on this answer",
-                           f"{type(error).__name__}: {error}\n"
-                           "This is a problem of the checker, not necessarily of your code; "
-                           "please report it to the course maintainers.")
+                           f"{type(error).__name__}: {error}\nThis is a problem of the checker, not necessarily "
+                           "of your code; please report it to the course maintainers.")
     finally:
         torch.set_num_threads(threads)
 
@@ -1080,11 +1078,10 @@ def _compare_moved(expected, actual) -> str | None:
     pairs = [(e, a) for e, a in zip(_tensors_in(expected), _tensors_in(actual)) if e.shape == a.shape]
     for e, a in pairs:
         if e.numel() and float((a - e).abs().max()) > 1e-3 * max(1.0, float(e.abs().max())):
-            return ("float64 inputs computed in float32 inside? The values are close, but when the "
-                    f"inputs move by {_NUDGE:g} your output does not move as the reference's does "
-                    "(float32 cannot resolve so small a change)\nkeep the input's dtype throughout: "
-                    "make new tensors with dtype=x.dtype (torch.zeros(..., dtype=x.dtype), "
-                    "torch.arange(...).to(x.dtype)) and never call .float() on the data")
+            return ("float64 inputs computed in float32 inside? The values are close, but when the inputs move "
+                    f"by {_NUDGE:g} your output does not move as the reference's does (float32 cannot resolve "
+                    "so small a change)\nkeep the input's dtype throughout: make new tensors with dtype=x.dtype "
+                    "(torch.zeros(..., dtype=x.dtype), torch.arange(...).to(x.dtype)), never .float() the data")
     return None
 
 
@@ -1240,8 +1237,7 @@ def _compare_tensors(expected, actual, exercise: Exercise, path: str) -> str | N
     count = int((~same).sum())                                   # error (torch.unravel_index is slow)
     return (f"{path}: values differ at {count} of {actual.numel()} positions "
             f"(largest absolute error {error[~same].max().item():.3g})\n"
-            f"worst at index {where}: expected {expected[where].item():.5g}, "
-            f"got {actual[where].item():.5g}")
+            f"worst at index {where}: expected {expected[where].item():.5g}, got {actual[where].item():.5g}")
 
 
 # ---- telling the learner where their code failed ---------------------------------------------

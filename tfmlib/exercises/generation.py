@@ -255,9 +255,8 @@ register(Exercise(
     output_names=("filtered logits", "which tokens are -inf"),
     mistakes=[
         Mistake("one token too few: the token that reaches p is dropped",
-                "keep a token while the tokens BEFORE it hold less than p (cumsum - probs < p): "
-                "the token that makes the mass reach p belongs to the set (a mask cumsum > p "
-                "must move one place to the right)",
+                "keep a token while the tokens BEFORE it hold less than p (cumsum - probs < p): the token "
+                "that makes the mass reach p belongs to the set (a mask cumsum > p must move one place right)",
                 _top_p_variant(rule="cumulative <= p", keep_top=True),
                 also=tuple(_top_p_variant(rule=rule, keep_top=keep_top, back=back)
                            for rule in ("cumulative <= p", "cumulative < p")

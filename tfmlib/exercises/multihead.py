@@ -257,10 +257,9 @@ register(Exercise(
     gradients=True,
     run=lambda fn, case: call_naming_view_errors(fn, *case.args, **case.kwargs),
     output_names=("output", "weights"),
-    nan_hint="NaN has two usual causes: exp of a large score overflows to inf and inf / inf = nan "
-             "(subtract each row's maximum before exp, as torch.softmax does), or a query whose keys "
-             "are all masked (it must get zero weights, so its output is b_o; PyTorch's "
-             "nn.MultiheadAttention gives NaN there)",
+    nan_hint="NaN has two usual causes: exp of a large score overflows to inf and inf / inf = nan (subtract "
+             "each row's maximum before exp, as torch.softmax does), or a query whose keys are all masked "
+             "(it must get zero weights, so its output is b_o; PyTorch's nn.MultiheadAttention gives NaN there)",
     mistakes=[
         Mistake("x @ W instead of x @ W.T",
                 "weights are stored (out, in) like nn.Linear: project with x @ W.T + b (or tfmlib.linear)",

@@ -348,9 +348,8 @@ register(Exercise(
                 "here logits are (..., V): the classes are the last axis, log_softmax(dim=-1)",
                 _smoothing_variant(log_probs="axis 1")),
         Mistake("log of softmax in two steps: exp underflows, and log 0 = -inf",
-                "right on paper, but the smoothing part reads log p of every class, and for logits "
-                "far apart exp underflows to 0 (or overflows): torch.log_softmax subtracts the "
-                "largest logit first and stays finite",
+                "right on paper, but the smoothing part reads log p of every class, and for logits far apart "
+                "exp underflows to 0 (or overflows): torch.log_softmax subtracts the largest logit first",
                 _smoothing_variant(log_probs="log of softmax"),
                 also=(_smoothing_variant(log_probs="log of sum of exp"),)),
     ],

@@ -218,7 +218,7 @@ def test_sgd_correct_answers_pass():
     def sgd_float64(params, lr):
         for p in params:
             if p.grad is not None:
-                p.data = (p.data.double() - lr * p.grad.double()).to(p.dtype)
+                p.data.copy_(p.data.double() - lr * p.grad.double())  # .data: in place, autograd not told
 
     # (torch.optim.SGD is right too, but it is PyTorch's own version: provenance fails it)
     for answer in (sgd_copy, sgd_float64):

@@ -492,7 +492,7 @@ def w_sgd_rebinds(params, lr):
 def w_sgd_ascent(params, lr):
     for p in params:
         if p.grad is not None:
-            p.data = p.data + lr * p.grad
+            p.data += lr * p.grad
 
 
 def w_shift_copy(tgt):

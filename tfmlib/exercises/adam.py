@@ -106,8 +106,8 @@ def _problems() -> list[_Problem]:
     ]
     problems[2].loss = _Quadratic([(3,), (2, 2)], g)
     return problems + [
-        _Problem("the second parameter has no gradient on step 2 only", [r(3), r(2, 2)], lr=0.1, steps=3,
-                 grads=[[r(3), r(2, 2)], [r(3), None], [r(3), r(2, 2)]]),
+        _Problem("two parameters of one shape, the first without a gradient on step 2 only", [r(3), r(3)], lr=0.1,
+                 steps=3, grads=[[r(3), r(3)], [None, r(3)], [r(3), r(3)]]),
         _Problem("float64 parameters, gradients near 1e40 (float32 cannot hold them)",
                  [r(3).double(), r(2).double()], lr=0.1, steps=2,
                  grads=[[1e40 * r(3).double(), r(2).double()] for _ in range(2)]),
@@ -147,15 +147,22 @@ class GradIsNoneError(Exception):
     """The optimizer raised on a parameter whose .grad is None, and runs without that parameter."""
 
 
-class GradientChangedError(Exception):
-    """The optimizer changed a parameter's .grad: the caller's gradients are not its scratch space."""
+class OptimizerRuleError(Exception):
+    """The optimizer broke a rule its caller relies on."""
     found_by_the_checker = True  # the check says this message, not "your function raised ..."
 
 
+class GradientChangedError(OptimizerRuleError):
+    """It changed a parameter's .grad: the caller's gradients are not its scratch space."""
+
+
+class NewMemoryError(OptimizerRuleError):
+    """It gave a parameter new memory (p.data = ...): what shares the old one keeps the old values."""
+
+
 def _trajectory(problem: _Problem, init, step) -> list[list[torch.Tensor]]:
-    """The parameters' values after every step. With a state (init), the run is made twice on the
-    same tensors, reset in place, from a fresh init: moments kept outside the state (keyed by id(p))
-    carry over and show."""
+    """The parameters' values after every step. With a state (init), the run is made twice on the same tensors, reset
+    in place, from a fresh init: moments kept outside the state (keyed by id(p)) carry over and show."""
     model = [p.clone().requires_grad_() for p in problem.params]  # the model's own tensors
     # The list handed to the optimizer, which may rebind its entries: the same object in both
     # runs, as a training loop's, so that a state kept by id(parameters) carries over and shows.
@@ -184,22 +191,27 @@ def _trajectory(problem: _Problem, init, step) -> list[list[torch.Tensor]]:
                 for p, grad in zip(params, problem.grads[k]):
                     p.grad = None if grad is None else grad.clone()
             given = [None if p.grad is None else p.grad.clone() for p in params]
+            memory = [p.data_ptr() for p in model]
             try:
                 new_state = step(params, state, problem)
             except RuntimeError as error:
                 if "leaf Variable that requires grad" in str(error):
                     raise _InPlaceOnLeaf(*error.args).with_traceback(error.__traceback__) from None
                 raise
-            _require_same_gradients(model, given)
+            _require_rules_kept(model, given, memory)
             if new_state is not None and new_state is not params:  # a functional step returns the state
                 state = new_state
             trajectory.append([p.detach().clone() for p in model])
     return trajectory
 
 
-def _require_same_gradients(params, given) -> None:
-    """Raise GradientChangedError when the step left some p.grad other than it found it."""
-    for i, (p, before) in enumerate(zip(params, given)):
+def _require_rules_kept(params, given, memory) -> None:
+    """Raise NewMemoryError when the step moved p's data, GradientChangedError when it left p.grad changed."""
+    for i, (p, before, address) in enumerate(zip(params, given, memory)):
+        if p.data_ptr() != address:
+            raise NewMemoryError(
+                f"parameters[{i}]: your step gave it new memory (`p.data = ...`), not the update in place it asks for: "
+                "a view of p or a weight tied to it keeps the old values; write p.sub_(...) or p -= ..., under no_grad")
         if _same_value(p.grad, before):  # NaN equal to NaN
             continue
         how = ("it was a tensor, your step set it to None" if p.grad is None
@@ -216,7 +228,7 @@ def _run_optimizer(problem: _Problem, init, step):
         return _trajectory(problem, init, step)
     except Exception as error:
         missing = problem.sometimes_without_gradient()
-        if not missing or isinstance(error, (_InPlaceOnLeaf, GradientChangedError)):
+        if not missing or isinstance(error, (_InPlaceOnLeaf, OptimizerRuleError)):
             raise
         try:  # with no parameter left, the missing gradients alone made it crash
             _trajectory(problem.without(missing), init, step) if len(missing) < len(problem.params) else None
@@ -362,8 +374,7 @@ register(Exercise(
                 "increment t at the start of the step: with t = 0, 1 - beta ** t is 0",
                 _adam(t_after_update=True)),
         Mistake("crash on a parameter whose grad is None",
-                "a parameter that took no part in the loss has p.grad None: skip it with "
-                "`if p.grad is None: continue`",
+                "a parameter that took no part in the loss has p.grad None: skip it with `if p.grad is None: continue`",
                 _adam(skip_none=False)),
         Mistake("a missing gradient treated as zero",
                 "skip a parameter whose p.grad is None (`continue`): a zero gradient would still "
@@ -584,8 +595,7 @@ register(Exercise(
                 "the paper uses 1e-9, not the default 1e-8",
                 _adamw_variant(fixed_eps=True)),
         Mistake("state re-initialised every step",
-                "m, v and t come in the state and carry on from step to step: never rebuild them "
-                "inside the step",
+                "m, v and t come in the state and carry on from step to step: never rebuild them inside the step",
                 _adamw_variant(reinit=True)),
         Mistake("update not under torch.no_grad()",
                 "wrap the decay and the update in `with torch.no_grad():`, autograd may not record "
@@ -821,8 +831,7 @@ register(Exercise(
     atol=1e-12, rtol=4e-6,
     mistakes=[
         Mistake("step 0 divides by zero",
-                "0 ** -0.5 is a division by zero: return 0.0 for step 0 (LambdaLR asks for it "
-                "before the first step)",
+                "0 ** -0.5 is a division by zero: return 0.0 for step 0 (LambdaLR asks for it before the first step)",
                 _inverse_sqrt_variant(guard=False)),
         Mistake("step 0 treated as step 1 (the Annotated Transformer's convention, not this course's)",
                 "here steps count from 1 and step 0, before any step, gives 0.0; the Annotated "
@@ -837,8 +846,7 @@ register(Exercise(
                 "a larger model takes smaller steps: multiply by d_model ** -0.5 (1 / sqrt(d_model))",
                 _inverse_sqrt_variant(d_power=0.5)),
         Mistake("warmup_steps ** -0.5 in the warm-up term (no warm-up left)",
-                "the warm-up term is step * warmup_steps ** -1.5, which equals step ** -0.5 at step "
-                "== warmup_steps",
+                "the warm-up term is step * warmup_steps ** -1.5, which equals step ** -0.5 at step == warmup_steps",
                 _inverse_sqrt_variant(w_power=-0.5)),
         Mistake("max instead of min",
                 "take the smaller of the two terms: the linear warm-up until warmup_steps, then 1 / sqrt(step)",

@@ -817,9 +817,8 @@ def _run_safely(exercise: Exercise, fn, case: Case, float64: bool = False):
 
 
 def reference_outcome(exercise: Exercise, case: Case):
-    """What a correct answer must give on `case`: the reference's outcome, with its
-    floating-point values taken from a float64 run (see `_Close`); or _ExpectedRaise
-    where the case says a correct answer must raise."""
+    """What a correct answer must give on `case`: the reference's outcome, with its floating-point values taken from a
+    float64 run (see `_Close`); or _ExpectedRaise where the case says a correct answer must raise."""
     if case.raises is not None:
         outcome = _run_safely(exercise, exercise.reference, case)
         if isinstance(outcome, _Raised) and isinstance(outcome.error, case.raises):
@@ -1108,11 +1107,24 @@ def _compare_gradients(expected, actual, exercise: Exercise) -> str | None:
     scaled = dataclasses.replace(exercise, atol=exercise.atol * max(1.0, largest))
     for name, grad in expected.items():
         problem = _compare_values(grad, actual.get(name), scaled, f"the gradient reaching `{name}`")
-        if problem is not None:
+        if problem is not None and not _half_and_near_in_all(expected, actual):
             return (problem + "\nthe output is right but autograd cannot follow it back to "
                     f"`{name}`: look for .detach(), .data, a NumPy step, or a value rebuilt "
                     "with torch.tensor(...)") if _is_zero(actual.get(name)) else problem
     return None
+
+
+def _half_and_near_in_all(expected: dict, actual: dict) -> bool:
+    """Half-precision gradients judged all together: through a stack of layers a ReLU input near 0 falls on
+    either side as two right answers round differently, moving whole rows. Near: all errors' L2 norm under a
+    quarter of all gradients' (zero, NaN, a factor, a sign show); float32 and float64 cases judge each entry."""
+    pairs = [(getattr(e, "value", e), actual.get(name)) for name, e in expected.items()]
+    if not all(e.dtype in (torch.float16, torch.bfloat16) and isinstance(a, torch.Tensor)
+               and a.dtype == e.dtype and a.shape == e.shape for e, a in pairs):
+        return False
+    finite = [(e.double()[torch.isfinite(e)], a.double()[torch.isfinite(e)]) for e, a in pairs]
+    error = sum(float((a - e).pow(2).sum()) for e, a in finite)  # NaN (never near) if a is not finite
+    return error <= sum(float(e.pow(2).sum()) for e, _ in finite) / 16
 
 
 def _largest(value) -> float:

@@ -125,8 +125,7 @@ register(Exercise(
                 "that happens to work for one size is wrong for every other",
                 _fixed_d_model(512), also=tuple(_fixed_d_model(d) for d in _COMMON_D_MODELS)),
         Mistake("sin and cos swapped",
-                "sin goes in the even columns (0, 2, 4, ...), cos in the odd ones: "
-                "row 0 is [0, 1, 0, 1, ...]",
+                "sin goes in the even columns (0, 2, 4, ...), cos in the odd ones: row 0 is [0, 1, 0, 1, ...]",
                 _pe(swap=True)),
         Mistake("positions and dimensions swapped",
                 "the angle is pos / base ** (2i / d_model): the position is divided, the column index is "

@@ -176,8 +176,7 @@ register(Exercise(
                 "indent `return hidden` out of the for loop, so that every layer runs",
                 _encoder_variant(order=lambda layers: layers[:1])),
         Mistake("skips the last layer",
-                "run every layer: `for params in layers:` (range(len(layers) - 1) and layers[:-1] "
-                "stop one short)",
+                "run every layer: `for params in layers:` (range(len(layers) - 1) and layers[:-1] stop one short)",
                 _encoder_variant(order=lambda layers: layers[:-1])),
         Mistake("skips the first layer",
                 "run every layer, layers[0] included: `for params in layers:`, not layers[1:]",
@@ -262,15 +261,13 @@ register(Exercise(
                 _decoder_layer_variant(cross_kv="hidden", memory_mask_source="self"),
                 also=(_decoder_layer_variant(cross_kv="hidden"),)),
         Mistake("cross-attention queries taken from memory",
-                "the decoder asks the questions: queries from the decoder's hidden state, keys and "
-                "values from memory",
+                "the decoder asks the questions: queries from the decoder's hidden state, keys and values from memory",
                 _decoder_layer_variant(cross_q="memory")),
         Mistake("memory_mask not passed to cross-attention",
                 "hide the padded source tokens: pass memory_mask to the cross-attention",
                 _decoder_layer_variant(memory_mask_source="none")),
         Mistake("the two masks swapped",
-                "self_mask (B, 1, Lt, Lt) goes to self-attention, memory_mask (B, 1, 1, Ls) to "
-                "cross-attention",
+                "self_mask (B, 1, Lt, Lt) goes to self-attention, memory_mask (B, 1, 1, Ls) to cross-attention",
                 _decoder_layer_variant(self_mask_source="memory", memory_mask_source="self")),
         Mistake("self-attention weights reused for cross-attention",
                 "cross-attention has its own projections: params['cross_attn']",

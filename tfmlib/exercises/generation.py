@@ -47,7 +47,7 @@ def _temperature_cases() -> list[Case]:
     return [
         # T = 20 on the case scaled by 100: softmax(logits) ** (1 / T) rounds to 0 what the reference keeps
         Case("(B, V) = (3, 7), T = 20: nearly uniform", (_random_logits(g, (3, 7)), 20.0)),
-        Case("(V,) = (9,), T = 0.5: sharper", (_random_logits(g, (9,)), 0.5)),
+        Case("(V,) = (9,), T = 0.02: nearly greedy", (_random_logits(g, (9,)), 0.02)),
         Case("(B, L, V) = (2, 3, 5), T = 1: plain softmax", (_random_logits(g, (2, 3, 5)), 1.0)),
         Case("float64, (4, 6), T = 0.8", (_random_logits(g, (4, 6), torch.float64), 0.8)),
         Case("large logits (a confident model), T = 0.25",
@@ -266,8 +266,7 @@ register(Exercise(
                 "stop (mass before < p, not <= p)",
                 _top_p_variant(rule="before <= p")),
         Mistake("cumulative sum taken in vocabulary order, not from the most likely token",
-                "sort the logits (descending) before the cumulative sum: the nucleus is the most "
-                "likely tokens",
+                "sort the logits (descending) before the cumulative sum: the nucleus is the most likely tokens",
                 _top_p_variant(order="vocabulary")),
         Mistake("sorted in ascending order: the least likely tokens kept",
                 "sort(descending=True): walk down from the most likely token",
@@ -363,8 +362,7 @@ register(Exercise(
                 "return the concatenated keys and values, so the next step sees this token too",
                 _cached_attention_variant(keep_cache=True)),
         Mistake("values computed with the key projection",
-                "v = split_heads(linear(x, params['w_v'], params['b_v']), num_heads): values have "
-                "their own projection",
+                "v = split_heads(linear(x, params['w_v'], params['b_v']), num_heads): values have their own projection",
                 _cached_attention_variant(values_from="k")),
     ],
 ))
@@ -448,8 +446,7 @@ register(Exercise(
                 "must compute what the uncached one computes",
                 _lm_step_variant(scale=False)),
         Mistake("final LayerNorm forgotten",
-                "after the last block, layer_norm with params['final_norm'], then the tied output "
-                "layer",
+                "after the last block, layer_norm with params['final_norm'], then the tied output layer",
                 _lm_step_variant(final_norm=False)),
     ],
 ))

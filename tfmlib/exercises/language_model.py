@@ -222,8 +222,7 @@ register(Exercise(
                 "model cannot tell 'dog sees' from 'sees dog' except through the causal mask",
                 _forward_variant(positions="none")),
         Mistake("position embeddings looked up by token id",
-                "positions are looked up by place, 0..L-1: position_embedding[:L], not "
-                "position_embedding[ids]",
+                "positions are looked up by place, 0..L-1: position_embedding[:L], not position_embedding[ids]",
                 _forward_variant(positions="by token id")),
         Mistake("tied output layer transposed the wrong way",
                 "the output layer scores each of the V tokens: logits = h @ token_embedding.T, "
@@ -233,12 +232,10 @@ register(Exercise(
                 "use embed(ids, token_embedding), which scales by sqrt(D) as in notebook 03",
                 _forward_variant(scale=False)),
         Mistake("final LayerNorm forgotten",
-                "Pre-LN blocks leave the stream un-normalised: apply params['final_norm'] before "
-                "the output layer",
+                "Pre-LN blocks leave the stream un-normalised: apply params['final_norm'] before the output layer",
                 _forward_variant(final_norm=False)),
         Mistake("the first block's params used for every layer",
-                "each block has its own params: for block in params['blocks']: "
-                "x = decoder_block(x, block, ...)",
+                "each block has its own params: for block in params['blocks']: x = decoder_block(x, block, ...)",
                 _forward_variant(blocks="first every time")),
         Mistake("blocks without the causal mask",
                 "the blocks must be causal: decoder_block with mask=None (or causal_mask(L)); a "
@@ -252,8 +249,8 @@ register(Exercise(
 
 def _lm_loss_cases() -> list[Case]:
     g = torch.Generator().manual_seed(142)
-    config = LMConfig(9, d_model=8, num_heads=2, d_ff=12, num_layers=2, max_len=6)
-    return [_forward_case("windows of max_len + 1", g, 3, 7, config),
+    config = LMConfig(6, d_model=8, num_heads=2, d_ff=12, num_layers=2, max_len=6)
+    return [_forward_case("windows of max_len + 1, as many positions as the vocab has ids", g, 3, 7, config),
             _forward_case("shorter windows", g, 2, 4, config),
             _forward_case("one block, 2 tokens: one prediction each", g, 4, 2,
                           LMConfig(5, d_model=6, num_heads=3, d_ff=8, num_layers=1, max_len=3))]

@@ -51,8 +51,7 @@ register(Exercise(
     make_cases=lambda: _batch_cases(41),
     mistakes=[
         Mistake("padding mask on the query axis",
-                "padding hides KEYS: the mask must be (B, 1, 1, L), e.g. mask[:, None, None, :], "
-                "not (B, 1, L, 1)",
+                "padding hides KEYS: the mask must be (B, 1, 1, L), e.g. mask[:, None, None, :], not (B, 1, L, 1)",
                 _pad_query_axis),
         Mistake("polarity inverted",
                 "True means 'may attend' here (as in F.scaled_dot_product_attention, while "

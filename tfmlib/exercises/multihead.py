@@ -136,8 +136,7 @@ register(Exercise(
                 "attention needs (B, H, L, d_k): finish with .transpose(1, 2)",
                 _split_no_transpose),
         Mistake("features split as (d_k, H): each head takes every H-th feature",
-                "each head owns a contiguous block of d_k features: reshape to (B, L, H, d_k), "
-                "H before d_k",
+                "each head owns a contiguous block of d_k features: reshape to (B, L, H, d_k), H before d_k",
                 _split_strided),
     ],
 ))

@@ -158,8 +158,7 @@ register(Exercise(
                 "on each axis the result takes the size that is not 1 (a size-1 axis is repeated)",
                 _rule(lambda size_a, size_b: size_a), also=(_rule(min),)),
         Mistake("max() of the two sizes: size 1 against size 0 gives 1",
-                "a size-1 axis takes the other size, even 0: (0, 3) with (1, 3) gives (0, 3), "
-                "but max(0, 1) is 1",
+                "a size-1 axis takes the other size, even 0: (0, 3) with (1, 3) gives (0, 3), but max(0, 1) is 1",
                 _rule(max)),
         Mistake("a size 0 stretched like a 1",
                 "only a 1 stretches: (0, 3) with (1, 3) gives (0, 3), and (0,) with (2,) clashes",

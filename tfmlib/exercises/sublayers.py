@@ -447,8 +447,7 @@ register(Exercise(
                 "nn.LayerNorm, divides by D: x.var(dim=-1, keepdim=True, unbiased=False)",
                 _layer_norm_variant(unbiased=True)),
         Mistake("variance squared",
-                "the variance is already a mean of squares: divide by torch.sqrt(variance + eps), "
-                "no ** 2",
+                "the variance is already a mean of squares: divide by torch.sqrt(variance + eps), no ** 2",
                 _layer_norm_variant(denominator=lambda var, eps: torch.sqrt(var ** 2 + eps))),
         Mistake("divided by the variance, not the standard deviation",
                 "take the square root: (x - mean) / torch.sqrt(variance + eps)",
@@ -468,8 +467,7 @@ register(Exercise(
                 "each token is normalised over its own features: mean and variance over dim=-1",
                 _layer_norm_variant(dims=1)),
         Mistake("keepdim=True forgotten",
-                "keep the reduced axis, mean(dim=-1, keepdim=True) -> (B, L, 1), so it broadcasts "
-                "against (B, L, D)",
+                "keep the reduced axis, mean(dim=-1, keepdim=True) -> (B, L, 1), so it broadcasts against (B, L, D)",
                 _layer_norm_variant(keepdim=False)),
         Mistake("gamma and beta swapped",
                 "scale by gamma, then shift by beta: normalized * gamma + beta",
@@ -557,8 +555,7 @@ class _MaskedSelfAttention:
 
 def _residual_case(label, shape, norm_first, g, spread=1.5, offset=0.5, update=1.0,
                    dtype=torch.float32, dropout=False):
-    """norm_first=None leaves it at the function's default (Post-LN); dropout: the sublayer has
-    dropout inside."""
+    """norm_first=None leaves it at the function's default (Post-LN); dropout: the sublayer has dropout inside."""
     x = offset + spread * torch.randn(*shape, generator=g)
     sublayer = _DropoutFFN(shape, g) if dropout else _TanhFFN(shape[-1], g, update)
     args = (x.to(dtype), sublayer, _as(dtype, random_norm_params(shape[-1], g)))
@@ -634,8 +631,7 @@ register(Exercise(
                 "Pre-LN (norm_first=True): x + sublayer(LayerNorm(x))",
                 _residual_variant(post=_pre_ln, pre=_post_ln)),
         Mistake("norm_first ignored: always Post-LN",
-                "with norm_first=True normalise first and leave the residual path alone: "
-                "x + sublayer(LayerNorm(x))",
+                "with norm_first=True normalise first and leave the residual path alone: x + sublayer(LayerNorm(x))",
                 _residual_variant(pre=_post_ln)),
         Mistake("norm_first ignored: always Pre-LN",
                 "with norm_first=False (the 2017 paper) add first, then normalise: LayerNorm(x + sublayer(x))",

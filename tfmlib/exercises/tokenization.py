@@ -151,6 +151,7 @@ def _encode_cases() -> list[Case]:
         Case("unknown words", ("the zebra sat on a sofa", vocab)),
         Case("with <bos> and <eos>", ("the cat sat", vocab), {"add_bos": True, "add_eos": True}),
         Case("<eos> only", ("a cat", vocab), {"add_eos": True}),
+        Case("<bos> only", ("the dog", vocab), {"add_bos": True}),
         Case("a vocab whose <unk> is 1, <bos> 2, <eos> 3; double space", ("zebra the  dog", other),
              {"add_bos": True, "add_eos": True}),
         Case("empty sentence", ("", vocab), {"add_bos": True, "add_eos": True}),
@@ -337,9 +338,8 @@ def _padder(*, dtype=torch.long, pad=None, transpose=False, as_list=False, **how
 
 
 def _pad_mistake(name, hint, *hows):
-    """A mistake made in each way of `hows` (keywords of _padder), with dtype=torch.long
-    or with torch.tensor(rows) and no dtype, as most learners write it (long too, except for
-    rows that are all empty: float32)."""
+    """A mistake made in each way of `hows` (keywords of _padder), with dtype=torch.long or with torch.tensor(rows)
+    and no dtype, as most learners write it (long too, except for rows that are all empty: float32)."""
     variants = [_padder(dtype=dtype, **how) for how in hows for dtype in (torch.long, None)]
     return Mistake(name, hint, variants[0], also=tuple(variants[1:]))
 

@@ -73,8 +73,7 @@ register(Exercise(
                 "the labels are the input moved one step left: tgt[:, 1:]",
                 lambda tgt: (tgt[:, :-1], tgt[:, :-1])),
         Mistake("pad labels set to -100 (Hugging Face's ignore index)",
-                "this course's sequence_loss skips PAD_ID (ignore_index=PAD_ID), not -100: return "
-                "tgt[:, 1:] as it is",
+                "this course's sequence_loss skips PAD_ID (ignore_index=PAD_ID), not -100: return tgt[:, 1:] as it is",
                 _pad_labels_as_minus_100()),
         Mistake("labels edited in place: tgt[:, 1:] is a view, so the caller's tgt changed too",
                 "a slice shares memory with tgt, so writing into it edits the caller's batch; return "
@@ -152,8 +151,7 @@ register(Exercise(
                 "hand `training` to both halves: encode_source(params, src, config, training)",
                 _forward_variant(encoder_training="never")),
         Mistake("training flag not passed to decode_target: no dropout in the decoder",
-                "hand `training` to both halves: decode_target(params, tgt_in, memory, src_mask, config, "
-                "training)",
+                "hand `training` to both halves: decode_target(params, tgt_in, memory, src_mask, config, training)",
                 _forward_variant(decoder_training="never")),
         Mistake("source padding mask not given to the decoder",
                 "cross-attention must not look at padded source tokens: pass src_mask to decode_target",
@@ -299,8 +297,7 @@ register(Exercise(
                 "the number of positions whose label is not ignore_index",
                 _smoothing_variant(reduction="mean over all")),
         Mistake("padded rows still pay the smoothing term",
-                "mask the whole loss of an ignored position, its smoothing part included, not only "
-                "the label's term",
+                "mask the whole loss of an ignored position, its smoothing part included, not only the label's term",
                 _smoothing_variant(smooth_padding=True)),
         Mistake("ignore_index not used: padded positions are scored as if <pad> were the answer",
                 "leave out every position whose label equals ignore_index, from the sum and from "
@@ -337,8 +334,7 @@ register(Exercise(
                 "log probabilities are <= 0, so the loss, their negated weighted sum, is >= 0",
                 _smoothing_variant(sign=-1.0)),
         Mistake("sum instead of mean",
-                "divide the sum over kept positions by their count, so the loss does not grow with "
-                "the batch size",
+                "divide the sum over kept positions by their count, so the loss does not grow with the batch size",
                 _smoothing_variant(reduction="sum")),
         Mistake("averaged per sequence, then over sequences",
                 "every kept position weighs the same: one sum over all kept positions, divided by "

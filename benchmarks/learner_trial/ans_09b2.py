@@ -56,7 +56,7 @@ def _step_nograd_crash(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
     for p in _plist(parameters): p.grad.shape
     adam_step_r(parameters, state, lr, betas, eps)
 A(E,'W','crash on grad None')((adam_init_r, _step_nograd_crash))
-A(E,'R','p.data = p.data - update (rebinds data)')((adam_init_r, lambda p, s, lr, betas=(0.9, 0.999), eps=1e-8: adam_step_r(p, s, lr, betas, eps, notinplace=True)))
+A(E,'W','p.data = p.data - update (rebinds data; W since round 7: the text asks for an update in place)')((adam_init_r, lambda p, s, lr, betas=(0.9, 0.999), eps=1e-8: adam_step_r(p, s, lr, betas, eps, notinplace=True)))
 def _init_sharedlists(ps):
     z = [torch.zeros_like(p) for p in _plist(ps)]; return {"t": 0, "m": z, "v": z}
 A(E,'W','m and v the same list')((_init_sharedlists, adam_step_r))

@@ -11,8 +11,9 @@ argument becomes `x.add_(y)`, `t.masked_fill(...)` becomes `t.masked_fill_(...)`
 A mutant is *equivalent* when it behaves like the reference on a large case set: the
 exercise's own cases plus `random_cases(name, seed)` (tests/random_cases/) for RANDOM_SEEDS seeds, judged
 by the check engine itself (same values within tolerance, same untouched arguments, same
-gradients, the same exceptions where a case requires one). Every other mutant must be
-rejected by `check(name, mutant)`, on the exercise's own cases alone.
+gradients, the same exceptions where a case requires one); a mutant whose change lies on lines
+the reference never runs on that set is equivalent without being run (lines_run). Every other
+mutant must be rejected by `check(name, mutant)`, on the exercise's own cases alone.
 
 It also times what a learner waits for: how many cases each check runs, and how long `check`
 takes on a correct answer (the reference), the first time and again.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import __future__
 import ast
 import copy
+import functools
 import inspect
 import signal
 import statistics
@@ -219,18 +221,20 @@ class Mutant:
     description: str
     line: str
     answer: object = field(repr=False)
+    # (file, line) of each line of the reference's source that the changed place spans
+    source_lines: frozenset = frozenset()
 
 
 def mutants(name: str) -> list[Mutant]:
     """Every mutant of exercise `name`, as an answer to hand to check(name, ...)."""
     exercise = REGISTRY[name]
-    references = exercise.reference if isinstance(exercise.reference, tuple) else (exercise.reference,)
-    written = exercise.solution_sources or references
+    references = _references(exercise)
     found = []
-    for function in written:
+    for function in exercise.solution_sources or references:
         # read, parsed and numbered once per function, not once per mutant
         source = textwrap.dedent(inspect.getsource(function))
-        scope, lines = _Scope.of(_function_tree(source)), _node_lines(source)
+        scope, places = _Scope.of(_function_tree(source)), _node_places(source)
+        code = inspect.unwrap(function).__code__  # the code getsource read, numbered from its first line
         for number, option, description in _mutation_sites(source, scope):
             namespace = dict(function.__globals__)
             mutant = _mutated(function, source, scope, (number, option), namespace)
@@ -239,10 +243,15 @@ def mutants(name: str) -> list[Mutant]:
             # the learner's functions, with the mutant in place and calling each other
             namespace[function.__name__] = mutant
             answer = tuple(mutant if f is function else _rebound(f, namespace) for f in references)
-            line = lines[number]
+            line, span = places[number]
             found.append(Mutant(name, function.__name__, description, line,
-                                answer if isinstance(exercise.reference, tuple) else answer[0]))
+                                answer if isinstance(exercise.reference, tuple) else answer[0],
+                                frozenset((code.co_filename, code.co_firstlineno + i - 1) for i in span)))
     return found
+
+
+def _references(exercise) -> tuple:
+    return exercise.reference if isinstance(exercise.reference, tuple) else (exercise.reference,)
 
 
 def _rebound(function, namespace: dict):
@@ -253,25 +262,64 @@ def _rebound(function, namespace: dict):
     return rebound
 
 
-def _node_lines(source: str) -> list[str]:
-    """The source line of each node, numbered in the same order as _Mutator numbers them."""
-    source_lines, lines = source.splitlines(), []
+def _node_places(source: str) -> list[tuple[str, range]]:
+    """The source line of each node and the lines it spans (empty for a node without a
+    position), numbered in the same order as _Mutator numbers them."""
+    source_lines, places = source.splitlines(), []
 
-    class _Lines(ast.NodeVisitor):
+    class _Places(ast.NodeVisitor):
         def visit(self, node):
             lineno = getattr(node, "lineno", None)
-            lines.append(source_lines[lineno - 1].strip() if lineno else "")
+            places.append((source_lines[lineno - 1].strip(), range(lineno, node.end_lineno + 1)) if lineno
+                          else ("", range(0)))
             self.generic_visit(node)
     for statement in _body(_function_tree(source)):
-        _Lines().visit(statement)
-    return lines
+        _Places().visit(statement)
+    return places
 
 
-def random_case_set(name: str) -> list:
+@functools.cache  # one case list per exercise, so that the reference's outcomes on it are computed once
+def random_case_set(name: str) -> tuple:
     cases = list(REGISTRY[name].make_cases())
     for seed in range(RANDOM_SEEDS):
         cases.extend(random_cases(name, seed))
-    return cases
+    return tuple(cases)
+
+
+@functools.cache
+def lines_run(name: str) -> frozenset[tuple[str, int]]:
+    """(file, line) of each line of the functions the mutants change, and of the code nested in
+    them, that the reference runs on random_case_set(name), on all of which it must pass.
+
+    A mutant whose change lies on none of these lines runs exactly as the reference does on every
+    case of the set (each run starts from one random state), so it behaves like the reference
+    there without being run: encoder's 27 mutants of its final layer norm, which no case asks
+    for, each cost 74 runs of a 4-layer stack."""
+    exercise = REGISTRY[name]
+    codes, pending = {}, [inspect.unwrap(f).__code__ for f in exercise.solution_sources or _references(exercise)]
+    while pending:  # comprehensions, lambdas and inner functions have code objects of their own
+        code = pending.pop()
+        codes[id(code)] = code
+        pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    lines = set()
+
+    def in_code(frame, event, arg):
+        if event == "line":
+            lines.add((frame.f_code.co_filename, frame.f_lineno))
+        return in_code
+
+    def on_call(frame, event, arg):
+        return in_code if id(frame.f_code) in codes else None  # no line events elsewhere
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        passes = behaves_like_reference(name, exercise.reference, random_case_set(name))
+    finally:
+        sys.settrace(previous)
+    if not passes:
+        raise AssertionError(f"the reference of {name!r} fails on its own or its random cases")
+    return frozenset(lines)
 
 
 @dataclass
@@ -284,6 +332,8 @@ class Verdict:
     # The label of the first own case on which the comparison told the mutant from the
     # reference, where that rejected it without a call to check().
     differs_on: str | None = None
+    # Equivalent because its change lies on lines the reference never runs on the case set.
+    never_run: bool = False
 
 
 class TimeOut(Exception):
@@ -302,7 +352,8 @@ def with_time_limit(call):
         signal.signal(signal.SIGALRM, previous)
 
 
-def judge(mutant: Mutant, own_cases: list, case_set: list, name_mistakes: bool = False) -> Verdict:
+def judge(mutant: Mutant, own_cases: list, case_set: tuple, reference_lines: frozenset,
+          name_mistakes: bool = False) -> Verdict:
     """Rejected by the check on the exercise's own cases, equivalent, or a survivor.
 
     check() passes an answer exactly when its outcome matches the reference's on every one of
@@ -314,7 +365,8 @@ def judge(mutant: Mutant, own_cases: list, case_set: list, name_mistakes: bool =
     every mutant that comes through, which confirms that it passes. `name_mistakes` calls
     check() on every mutant instead, for the name of the mistake (the table's last column).
     A mutant the check rejects cannot be equivalent (the case set includes the own cases), so
-    the large case set is only run on the mutants that pass the check.
+    the large case set is only run on the mutants that pass the check, and not on those whose
+    change lies outside `reference_lines` (lines_run): they run as the reference does.
     """
     exercise, answer = mutant.exercise, mutant.answer
     try:
@@ -332,6 +384,8 @@ def judge(mutant: Mutant, own_cases: list, case_set: list, name_mistakes: bool =
         result = with_time_limit(lambda: check(exercise, answer, own_cases))
         if not result:
             return Verdict(mutant, False, True, result.mistake, result.message)
+        if mutant.source_lines and not mutant.source_lines & reference_lines:
+            return Verdict(mutant, True, False, None, "", never_run=True)
         equivalent = with_time_limit(lambda: behaves_like_reference(exercise, answer, case_set))
     except TimeOut:
         return Verdict(mutant, False, True, None, "runs forever")
@@ -340,7 +394,7 @@ def judge(mutant: Mutant, own_cases: list, case_set: list, name_mistakes: bool =
 
 def judge_exercise(name: str, name_mistakes: bool = False) -> list[Verdict]:
     own_cases, case_set = REGISTRY[name].make_cases(), random_case_set(name)
-    return [judge(mutant, own_cases, case_set, name_mistakes) for mutant in mutants(name)]
+    return [judge(mutant, own_cases, case_set, lines_run(name), name_mistakes) for mutant in mutants(name)]
 
 
 @dataclass

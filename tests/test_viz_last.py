@@ -77,6 +77,21 @@ def stack():
         tgt_tokens=ed_viz.token_rows(tgt_ids, tgt_vocab))
 
 
+@pytest.fixture(scope="module")
+def built_stack_explorer(stack):
+    """One explorer for the module's tests: building one draws each sentence at the widest setting
+    (its labels rasterised once), about 1 s of CPU, which each test would otherwise pay again."""
+    return ed_viz.StackAttentionExplorer(stack)
+
+
+@pytest.fixture
+def stack_explorer(built_stack_explorer):
+    """The module's explorer, set back to the state a new explorer starts in (its constructor's
+    defaults, which its last update draws): each test begins there, whatever the one before left."""
+    built_stack_explorer.update(layers=2, heads=4, kind="encoder self-attention", sample=0)
+    return built_stack_explorer
+
+
 # ---- notebook 08 ------------------------------------------------------------------------------
 
 def test_stack_maps_shapes(stack):
@@ -95,24 +110,24 @@ def test_tile_layout(stack):
 @pytest.mark.parametrize("change", [dict(layers=3), dict(heads=1), dict(sample=2),
                                     dict(kind="decoder self-attention (causal)"),
                                     dict(kind="decoder cross-attention", heads=1, layers=1)])
-def test_stack_widget_redraws(stack, change):
-    explorer = ed_viz.StackAttentionExplorer(stack, num_layers=2, num_heads=4)
+def test_stack_widget_redraws(stack_explorer, change):
+    explorer = stack_explorer
     before, picture = _snapshot(explorer.image), explorer.picture.value
     explorer.update(**change)
     assert _changed(before, _snapshot(explorer.image))
     assert explorer.picture.value != picture and explorer.picture.value[:4] == b"\x89PNG"
 
 
-def test_stack_widget_offers_only_divisors_that_fit(stack):
-    explorer = ed_viz.StackAttentionExplorer(stack)
+def test_stack_widget_offers_only_divisors_that_fit(stack, stack_explorer):
+    explorer = stack_explorer
     d_model = stack.x.size(-1)
     assert list(explorer.heads.options) == [1, 2, 4]        # 8 heads x 8 keys: no room for tokens
     assert all(d_model % h == 0 for h in explorer.heads.options)
     assert explorer.layers.max == 3
 
 
-def test_stack_widget_is_readable_in_every_state(stack):
-    explorer = ed_viz.StackAttentionExplorer(stack)
+def test_stack_widget_is_readable_in_every_state(stack_explorer):
+    explorer = stack_explorer
     for kind in ed_viz.KINDS:
         for sample in range(3):
             for layers in (1, 3):
@@ -137,13 +152,13 @@ def _drawn_boxes(fig) -> list:
                                                              for ax in fig.axes]
 
 
-def test_stack_widget_canvas_fits_what_each_setting_draws(stack):
+def test_stack_widget_canvas_fits_what_each_setting_draws(stack_explorer):
     """The old faults: the canvas kept room below for the stack's longest token (a target
     word, under a source map too) and for its longest sequence (7 decoder rows on a canvas
     made for 8), and the width of four heads beside one. Now in every setting the drawing
     ends just above the canvas' bottom and just left of its right edge, the title sits right
     above the map, every tile has one size, and one more layer adds one layer of tiles."""
-    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer = stack_explorer
     cells = []
     for kind in ed_viz.KINDS:
         for sample in range(3):
@@ -173,10 +188,10 @@ def test_stack_widget_canvas_fits_what_each_setting_draws(stack):
     np.testing.assert_allclose(cells, cells[0], atol=0.05)                        # one cell size throughout
 
 
-def test_stack_widget_colour_bar_spans_the_map_and_tiles_meet_the_classroom_minimum(stack):
+def test_stack_widget_colour_bar_spans_the_map_and_tiles_meet_the_classroom_minimum(stack_explorer):
     """The colour bar is as tall as the map in every setting (it reached below a two-layer
     map), and the tiles of every setting, three layers included, are of the classroom size."""
-    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer = stack_explorer
     for layers in (1, 2, 3):
         for heads in (1, 2, 4):
             for kind in ed_viz.KINDS:
@@ -188,11 +203,11 @@ def test_stack_widget_colour_bar_spans_the_map_and_tiles_meet_the_classroom_mini
                 assert classroom_problems(explorer.fig) == [], where
 
 
-def test_stack_widget_frames_reuse_a_renderer_per_canvas_size(stack):
+def test_stack_widget_frames_reuse_a_renderer_per_canvas_size(stack_explorer):
     """Changing the layers changes the canvas' size; going back to a size seen before must
     reuse its renderer, whose text metrics and text cache are warm (a new renderer lays out
     every label again: 08's layer changes took twice as long)."""
-    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer = stack_explorer
     explorer.update(layers=1)
     first = explorer.frames.canvas.get_renderer()
     explorer.update(layers=3)
@@ -202,8 +217,8 @@ def test_stack_widget_frames_reuse_a_renderer_per_canvas_size(stack):
     assert explorer.frames.canvas.get_renderer()._text_cache      # labels drawn from the cache
 
 
-def test_stack_widget_labels_tokens_and_greys_padded_keys(stack):
-    explorer = ed_viz.StackAttentionExplorer(stack)
+def test_stack_widget_labels_tokens_and_greys_padded_keys(stack, stack_explorer):
+    explorer = stack_explorer
     explorer.update(layers=1, heads=2, kind="encoder self-attention", sample=1)   # "i love nlp"
     shown = [t.get_text() for t in explorer.view.labels if t.get_visible()]
     tokens = stack.src_tokens[1]
@@ -217,7 +232,7 @@ def test_stack_widget_labels_tokens_and_greys_padded_keys(stack):
     assert (rgba[:, 8, 3] == 0).all()                       # the gap between the two heads
 
 
-def test_decoder_rows_are_labelled_by_the_token_written_there(stack):
+def test_decoder_rows_are_labelled_by_the_token_written_there(stack, stack_explorer):
     """08 labels a decoder's query rows as notebook 10 does: by the token written there, one
     step after the token read there (<bos> ich liebe nlp <pad> -> ich liebe nlp <eos> <pad>)."""
     assert ed_viz.written_tokens(["<bos>", "ich", "liebe", "nlp", "<pad>", "<pad>"]) == \
@@ -226,7 +241,7 @@ def test_decoder_rows_are_labelled_by_the_token_written_there(stack):
     assert queries == ed_viz.written_tokens(stack.tgt_tokens[1]) and keys == stack.src_tokens[1]
     queries, keys = stack.tokens("decoder_self", 1)
     assert queries[0] == stack.tgt_tokens[1][1] and keys == stack.tgt_tokens[1]
-    explorer = ed_viz.StackAttentionExplorer(stack)
+    explorer = stack_explorer
     explorer.update(layers=1, heads=1, kind="decoder cross-attention", sample=1)
     assert style.WRITTEN_QUERY_LABEL in explorer.view.row_name.get_text()
     assert explorer.view.title.get_text().startswith("UNTRAINED")
@@ -234,8 +249,8 @@ def test_decoder_rows_are_labelled_by_the_token_written_there(stack):
     assert shown[:len(queries)] == queries
 
 
-def test_stack_widget_causal_tiles_grey_the_future(stack):
-    explorer = ed_viz.StackAttentionExplorer(stack)
+def test_stack_widget_causal_tiles_grey_the_future(stack_explorer):
+    explorer = stack_explorer
     explorer.update(layers=1, heads=1, kind="decoder self-attention (causal)", sample=0)
     rgba = explorer.image.get_array()                      # (7, 7, 4)
     grey = matplotlib.colors.to_rgba(style.MASKED_COLOUR)

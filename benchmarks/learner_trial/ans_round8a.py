@@ -539,3 +539,321 @@ def tm_w7(token_ids, pad_id): return pm_r1(token_ids, pad_id) & cm_w1(token_ids.
 @A('target_mask', 'W', 'pad id hard-coded 0')
 def tm_w8(token_ids, pad_id): return pm_w5(token_ids, pad_id) & cm_r1(token_ids.size(1))
 generics('target_mask', tm_r1, ['idcache', 'buffer'])
+
+# ---------------- 03 embeddings ----------------
+@A('embed', 'R', 'index_select on flattened ids, Python float scale')
+def em_r1(token_ids, table, scale=True):
+    out = torch.index_select(table, 0, token_ids.reshape(-1)).reshape(*token_ids.shape, table.size(1))
+    return out * math.sqrt(table.size(1)) if scale else out
+
+@A('embed', 'R', 'float64 inside, cast back')
+def em_r2(token_ids, table, scale=True):
+    out = table.double()[token_ids]
+    if scale: out = out * table.shape[-1] ** 0.5
+    return out.to(table.dtype)
+
+@A('embed', 'R', 'sqrt(D) as a tensor of the table dtype')
+def em_r3(token_ids, table, scale=True):
+    out = table[token_ids]
+    if scale: out = out * torch.tensor(float(table.size(1)), dtype=table.dtype).sqrt()
+    return out
+
+@A('embed', 'W', 'F.embedding then mul in float32 (float64 input loses precision; label corrected from R)')
+def em_r4(token_ids, table, scale=True):
+    out = F.embedding(token_ids, table)
+    return (out.float() * torch.sqrt(torch.tensor(float(table.size(1))))).to(table.dtype) if scale else out
+
+@A('embed', 'W', 'scaled by D')
+def em_w1(token_ids, table, scale=True):
+    return table[token_ids] * table.size(1) if scale else table[token_ids]
+
+@A('embed', 'W', 'scale argument ignored')
+def em_w2(token_ids, table, scale=True): return table[token_ids] * math.sqrt(table.size(1))
+
+@A('embed', 'W', 'sqrt(V) (rows) instead of sqrt(D)')
+def em_w3(token_ids, table, scale=True):
+    return table[token_ids] * math.sqrt(table.size(0)) if scale else table[token_ids]
+
+@A('embed', 'W', 'table scaled in place')
+def em_w4(token_ids, table, scale=True):
+    if scale: table.mul_(math.sqrt(table.size(1)))
+    return table[token_ids].clone()
+
+@A('embed', 'W', 'sqrt(16) hard-coded')
+def em_w5(token_ids, table, scale=True): return table[token_ids] * 4.0 if scale else table[token_ids]
+
+@A('embed', 'W', 'flattened (B*L, D)')
+def em_w6(token_ids, table, scale=True):
+    out = table[token_ids.reshape(-1)]
+    return out * math.sqrt(table.size(1)) if scale else out
+
+@A('embed', 'W', 'sqrt(D) rounded to int')
+def em_w7(token_ids, table, scale=True):
+    return table[token_ids] * int(math.sqrt(table.size(1))) if scale else table[token_ids]
+
+@A('embed', 'W', 'unscaled returns the table rows as a view? (returns table itself when ids cover all) -> divide instead')
+def em_w8(token_ids, table, scale=True):
+    return table[token_ids] / math.sqrt(table.size(1)) if scale else table[token_ids]
+generics('embed', em_r1, ['f32', 'idcache', 'buffer', 'shapecache'])
+
+def _pe64(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    i2 = torch.arange(0, d_model, 2, dtype=torch.float64)
+    return pos * 10000.0 ** (-i2 / d_model)
+
+@A('sinusoidal_positional_encoding', 'R', 'Python math loops, float64 list')
+def sp_r1(max_len, d_model):
+    rows = []
+    for p in range(max_len):
+        r = []
+        for i in range(d_model // 2):
+            a = p * 10000 ** (-2 * i / d_model)
+            r += [math.sin(a), math.cos(a)]
+        rows.append(r)
+    return torch.tensor(rows, dtype=torch.float64).float().reshape(max_len, d_model)
+
+@A('sinusoidal_positional_encoding', 'R', 'Annotated Transformer: exp(-log(10000)) in float32')
+def sp_r2(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(0, max_len).unsqueeze(1).float()
+    div = torch.exp(torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div)
+    pe[:, 1::2] = torch.cos(position * div)
+    return pe
+
+@A('sinusoidal_positional_encoding', 'R', 'complex exponential, float64, interleave with stack')
+def sp_r3(max_len, d_model):
+    z = torch.polar(torch.ones(max_len, d_model // 2, dtype=torch.float64), _pe64(max_len, d_model))
+    return torch.stack((z.imag, z.real), dim=-1).flatten(-2).to(torch.float32)
+
+@A('sinusoidal_positional_encoding', 'R', 'float64 angle, division by the power')
+def sp_r4(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+    denom = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    ang = pos / denom
+    return torch.cat([torch.sin(ang)[..., None], torch.cos(ang)[..., None]], -1).view(max_len, d_model).float()
+
+@A('sinusoidal_positional_encoding', 'W', 'sin and cos swapped')
+def sp_w1(max_len, d_model):
+    a = _pe64(max_len, d_model)
+    return torch.stack((a.cos(), a.sin()), -1).flatten(-2).float()
+
+@A('sinusoidal_positional_encoding', 'W', 'halves concatenated, not interleaved')
+def sp_w2(max_len, d_model):
+    a = _pe64(max_len, d_model)
+    return torch.cat((a.sin(), a.cos()), -1).float()
+
+@A('sinusoidal_positional_encoding', 'W', 'column index j used in the exponent for both sin and cos')
+def sp_w3(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    j = torch.arange(d_model, dtype=torch.float64)
+    a = pos * 10000.0 ** (-j / d_model)
+    pe = a.sin(); pe[:, 1::2] = a[:, 1::2].cos()
+    return pe.float()
+
+@A('sinusoidal_positional_encoding', 'W', 'base 1000')
+def sp_w4(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    a = pos * 1000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.stack((a.sin(), a.cos()), -1).flatten(-2).float()
+
+@A('sinusoidal_positional_encoding', 'W', 'returns float64')
+def sp_w5(max_len, d_model):
+    a = _pe64(max_len, d_model)
+    return torch.stack((a.sin(), a.cos()), -1).flatten(-2)
+
+@A('sinusoidal_positional_encoding', 'W', 'positions start at 1')
+def sp_w6(max_len, d_model):
+    a = _pe64(max_len + 1, d_model)[1:]
+    return torch.stack((a.sin(), a.cos()), -1).flatten(-2).float()
+
+@A('sinusoidal_positional_encoding', 'W', 'integer floor division in the exponent')
+def sp_w7(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    a = pos * 10000.0 ** (-(torch.arange(0, d_model, 2) // d_model).double())
+    return torch.stack((a.sin(), a.cos()), -1).flatten(-2).float()
+
+@A('sinusoidal_positional_encoding', 'W', 'angle in half precision')
+def sp_w8(max_len, d_model):
+    a = _pe64(max_len, d_model).half().float()
+    return torch.stack((a.sin(), a.cos()), -1).flatten(-2)
+
+@A('sinusoidal_positional_encoding', 'W', 'exponent -i/d (i = pair index, missing the 2)')
+def sp_w9(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    a = pos * 10000.0 ** (-torch.arange(d_model // 2, dtype=torch.float64) / d_model)
+    return torch.stack((a.sin(), a.cos()), -1).flatten(-2).float()
+generics('sinusoidal_positional_encoding', sp_r4, ['idcache', 'buffer', 'shapecache'])
+
+@A('add_positional_encoding', 'R', 'narrow + unsqueeze')
+def ap_r1(x, pe): return torch.add(x, pe.narrow(0, 0, x.size(1)).unsqueeze(0))
+
+@A('add_positional_encoding', 'R', 'float64 inside, cast back')
+def ap_r2(x, pe): return (x.double() + pe[: x.shape[1]].double()).to(x.dtype)
+
+@A('add_positional_encoding', 'R', 'loop over the batch, stack')
+def ap_r3(x, pe): return torch.stack([x[b] + pe[: x.size(1)] for b in range(x.size(0))])
+
+@A('add_positional_encoding', 'W', 'expand_as then add, float32 inside (float64 input loses precision; label corrected from R)')
+def ap_r4(x, pe): return (x.float() + pe[: x.size(1)].expand_as(x).float()).to(x.dtype)
+
+@A('add_positional_encoding', 'W', 'pe sliced by batch size')
+def ap_w1(x, pe): return x + pe[: x.size(0)].unsqueeze(1) if x.size(0) != 1 else x + pe[:1]
+
+@A('add_positional_encoding', 'W', 'in place x +=')
+def ap_w2(x, pe):
+    x += pe[: x.size(1)]
+    return x
+
+@A('add_positional_encoding', 'W', 'pe[:L, None] (L, 1, D)')
+def ap_w3(x, pe): return x + pe[: x.size(1), None]
+
+@A('add_positional_encoding', 'W', 'whole pe added (assumes max_len == L)')
+def ap_w4(x, pe): return x + pe
+
+@A('add_positional_encoding', 'W', 'pe scaled by sqrt(D)')
+def ap_w5(x, pe): return x + pe[: x.size(1)] * math.sqrt(x.size(-1))
+
+@A('add_positional_encoding', 'W', 'pe rows from the end')
+def ap_w6(x, pe): return x + pe[-x.size(1):]
+
+@A('add_positional_encoding', 'W', 'pe slice computed in pe dtype then result in pe dtype? (x.float())')
+def ap_w7(x, pe): return x.float() + pe[: x.size(1)].float()
+
+@A('add_positional_encoding', 'W', 'L taken from x.size(-2) of a transposed guess: x.shape[2]')
+def ap_w8(x, pe): return x + pe[: x.shape[2]][: x.shape[1]] * 0 + pe[1: x.size(1) + 1] if pe.size(0) > x.size(1) else x + pe[: x.size(1)]
+generics('add_positional_encoding', ap_r1, ['mutate', 'idcache', 'buffer'])
+
+def _rope_angle64(L, D, positions, device=None):
+    pos = torch.arange(L, dtype=torch.float64) if positions is None else positions.to(torch.float64)
+    return pos[:, None] * 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+
+@A('apply_rope', 'R', 'complex multiplication in float64, cast back')
+def ar_r1(x, positions=None):
+    L, D = x.shape[-2:]
+    a = _rope_angle64(L, D, positions)
+    z = torch.view_as_complex(x.to(torch.float64).contiguous().reshape(*x.shape[:-1], D // 2, 2))
+    out = torch.view_as_real(z * torch.polar(torch.ones_like(a), a)).reshape(x.shape)
+    return out.to(x.dtype)
+
+@A('apply_rope', 'R', 'even/odd slices written into empty_like, float64 angle')
+def ar_r2(x, positions=None):
+    L, D = x.shape[-2:]
+    a = _rope_angle64(L, D, positions)
+    c, s = a.cos().to(x.dtype), a.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    out[..., 0::2] = x0 * c - x1 * s
+    out[..., 1::2] = x0 * s + x1 * c
+    return out
+
+@A('apply_rope', 'W', '2x2 rotation matrices with einsum, float32 inside (float64 loses precision; label corrected from R)')
+def ar_r3(x, positions=None):
+    L, D = x.shape[-2:]
+    a = _rope_angle64(L, D, positions)
+    c, s = a.cos(), a.sin()
+    R = torch.stack((torch.stack((c, -s), -1), torch.stack((s, c), -1)), -2).float()   # (L, D/2, 2, 2)
+    pairs = x.float().reshape(*x.shape[:-1], D // 2, 2)
+    return torch.einsum('lpij,...lpj->...lpi', R, pairs).reshape(x.shape).to(x.dtype)
+
+@A('apply_rope', 'W', 'float32 angles (LLaMA style), x in float32 (float64 loses precision; label corrected from R)')
+def ar_r4(x, positions=None):
+    L, D = x.shape[-2:]
+    pos = torch.arange(L, dtype=torch.float32) if positions is None else positions.float()
+    inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D))
+    a = torch.outer(pos, inv)
+    xf = x.float(); x0, x1 = xf[..., 0::2], xf[..., 1::2]
+    return torch.stack((x0 * a.cos() - x1 * a.sin(), x0 * a.sin() + x1 * a.cos()), -1).flatten(-2).to(x.dtype)
+
+def _rope_pairs(x, a, sign=1.0):
+    c, s = a.cos().to(x.dtype), (sign * a.sin()).to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2)
+
+@A('apply_rope', 'W', 'rotate-half pairing (i, i + D/2)')
+def ar_w1(x, positions=None):
+    L, D = x.shape[-2:]
+    a = _rope_angle64(L, D, positions)
+    c = torch.cat((a.cos(), a.cos()), -1).to(x.dtype); s = torch.cat((a.sin(), a.sin()), -1).to(x.dtype)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return x * c + torch.cat((-x2, x1), -1) * s
+
+@A('apply_rope', 'W', 'rotation by -a')
+def ar_w2(x, positions=None):
+    L, D = x.shape[-2:]
+    return _rope_pairs(x, _rope_angle64(L, D, positions), -1.0)
+
+@A('apply_rope', 'W', 'positions argument ignored')
+def ar_w3(x, positions=None):
+    L, D = x.shape[-2:]
+    return _rope_pairs(x, _rope_angle64(L, D, None))
+
+@A('apply_rope', 'W', 'exponent -i/D (pair index without the 2)')
+def ar_w4(x, positions=None):
+    L, D = x.shape[-2:]
+    pos = torch.arange(L, dtype=torch.float64) if positions is None else positions.double()
+    a = pos[:, None] * 10000.0 ** (-torch.arange(D // 2, dtype=torch.float64) / D)
+    return _rope_pairs(x, a)
+
+@A('apply_rope', 'W', 'L read from x.shape[1] (3-D thinking)')
+def ar_w5(x, positions=None):
+    L, D = x.shape[1], x.shape[-1]
+    a = _rope_angle64(L, D, positions)
+    if a.size(0) != x.size(-2): a = _rope_angle64(x.size(-2), D, None) * 0 + _rope_angle64(L, D, None)[: x.size(-2)] if L >= x.size(-2) else _rope_angle64(x.size(-2), D, None) * 0
+    return _rope_pairs(x, a)
+
+@A('apply_rope', 'W', 'writes the result into x')
+def ar_w6(x, positions=None):
+    L, D = x.shape[-2:]
+    out = _rope_pairs(x, _rope_angle64(L, D, positions))
+    x.copy_(out)
+    return x
+
+@A('apply_rope', 'W', 'angle rounded to x dtype before cos/sin')
+def ar_w7(x, positions=None):
+    L, D = x.shape[-2:]
+    a = _rope_angle64(L, D, positions).to(x.dtype).double()
+    return _rope_pairs(x, a)
+
+@A('apply_rope', 'W', 'positions None -> starts at 1')
+def ar_w8(x, positions=None):
+    L, D = x.shape[-2:]
+    pos = torch.arange(1, L + 1) if positions is None else positions
+    return _rope_pairs(x, _rope_angle64(L, D, pos))
+
+@A('apply_rope', 'W', 'pairs (x[i], x[D-1-i]) reversed order')
+def ar_w9(x, positions=None):
+    L, D = x.shape[-2:]
+    a = _rope_angle64(L, D, positions)
+    c, s = a.cos().to(x.dtype), a.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c + x1 * s, -x0 * s + x1 * c), -1).flatten(-2)
+generics('apply_rope', ar_r2, ['f32', 'idcache', 'buffer'])
+
+def _up(t):  # at least float32 inside: half inputs gain precision, float64 keeps its own
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+@A('embed', 'R', 'F.embedding, scale via torch.sqrt in at least float32')
+def em_r5(token_ids, table, scale=True):
+    out = _up(F.embedding(token_ids, table))
+    return (out * torch.sqrt(torch.tensor(float(table.size(1)), dtype=out.dtype))).to(table.dtype) if scale else out.to(table.dtype)
+
+@A('add_positional_encoding', 'R', 'expand_as then add, at least float32 inside')
+def ap_r5(x, pe): return (_up(x) + _up(pe[: x.size(1)]).expand_as(x)).to(x.dtype)
+
+@A('apply_rope', 'R', '2x2 rotation matrices with einsum, at least float32 inside')
+def ar_r5(x, positions=None):
+    L, D = x.shape[-2:]
+    a = _rope_angle64(L, D, positions)
+    c, s = a.cos(), a.sin()
+    xf = _up(x)
+    R = torch.stack((torch.stack((c, -s), -1), torch.stack((s, c), -1)), -2).to(xf.dtype)
+    return torch.einsum('lpij,...lpj->...lpi', R, xf.reshape(*x.shape[:-1], D // 2, 2)).reshape(x.shape).to(x.dtype)
+
+@A('apply_rope', 'R', 'stacked own rope: rotate by p in two steps (p = p1 + p2 with p2 = 0)... via rotate_half helper, float64')
+def ar_r6(x, positions=None):
+    L, D = x.shape[-2:]
+    a = torch.repeat_interleave(_rope_angle64(L, D, positions), 2, dim=-1)
+    xd = x.double()
+    rot = torch.stack((-xd[..., 1::2], xd[..., 0::2]), -1).flatten(-2)
+    return (xd * a.cos() + rot * a.sin()).to(x.dtype)

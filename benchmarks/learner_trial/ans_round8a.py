@@ -857,3 +857,697 @@ def ar_r6(x, positions=None):
     xd = x.double()
     rot = torch.stack((-xd[..., 1::2], xd[..., 0::2]), -1).flatten(-2)
     return (xd * a.cos() + rot * a.sin()).to(x.dtype)
+
+# ---------------- 05 attention ----------------
+def _softmax_hand(scores, mask):
+    """Softmax over keys written out; a row with no visible key gets zeros."""
+    if mask is not None: scores = scores.masked_fill(~mask, float('-inf'))
+    m = scores.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(scores - m)
+    s = e.sum(-1, keepdim=True)
+    return torch.where(s > 0, e / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(e))
+
+@A('scaled_dot_product_attention', 'R', 'hand-written softmax, divide q first')
+def at_r1(query, key, value, mask=None):
+    scores = (query / math.sqrt(query.size(-1))) @ key.transpose(-2, -1)
+    w = _softmax_hand(scores, mask)
+    if mask is not None: w = w.masked_fill(~mask, 0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'R', 'at least float32 inside, cast back')
+def at_r2(query, key, value, mask=None):
+    q, k, v = _up(query), _up(key), _up(value)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    if mask is not None: w = torch.where(mask, w, 0.0)
+    return (w @ v).to(query.dtype), w.to(query.dtype)
+
+@A('scaled_dot_product_attention', 'R', 'einsum, scale after the product, nan_to_num')
+def at_r3(query, key, value, mask=None):
+    s = torch.einsum('...qd,...kd->...qk', query, key) / math.sqrt(query.shape[-1])
+    if mask is not None: s = s.masked_fill(mask.logical_not(), float('-inf'))
+    w = torch.softmax(s, dim=-1).nan_to_num(nan=0.0)
+    return torch.einsum('...qk,...kd->...qd', w, value), w
+
+@A('scaled_dot_product_attention', 'R', 'log-sum-exp softmax, keys scaled by rsqrt')
+def at_r4(query, key, value, mask=None):
+    s = query @ (key * (query.size(-1) ** -0.5)).mT
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    w = torch.exp(s - lse)
+    w = torch.where(torch.isnan(w), torch.zeros_like(w), w)
+    return torch.matmul(w, value), w
+
+@A('scaled_dot_product_attention', 'R', 'fill with finfo(dtype).min, then zero masked weights')
+def at_r5(query, key, value, mask=None):
+    s = query @ key.transpose(-1, -2) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    w = s.softmax(-1)
+    if mask is not None: w = w * mask
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'no scaling')
+def at_w1(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1)
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'scaled by sqrt(d_v)')
+def at_w2(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(value.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'fill -1e4')
+def at_w3(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, -1e4)
+    w = torch.softmax(s, -1)
+    if mask is not None: w = torch.where(mask, w, 0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'fully masked row left NaN')
+def at_w4(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'softmax over dim=-2')
+def at_w5(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -2).nan_to_num(0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'key.transpose(1, 2)')
+def at_w6(query, key, value, mask=None):
+    s = query @ key.transpose(1, 2) / math.sqrt(query.size(-1)) if key.dim() == 3 else query @ key.transpose(1, 3).transpose(2, 3).transpose(1, 2) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'key reshaped instead of transposed')
+def at_w7(query, key, value, mask=None):
+    s = query @ key.reshape(*key.shape[:-2], key.size(-1), key.size(-2)) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'query scaled in place')
+def at_w8(query, key, value, mask=None):
+    query /= math.sqrt(query.size(-1))
+    s = query @ key.transpose(-2, -1)
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'exp without max subtraction')
+def at_w9(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    e = torch.exp(s)
+    if mask is not None: e = e * mask
+    tot = e.sum(-1, keepdim=True)
+    w = torch.where(tot > 0, e / tot, torch.zeros_like(e))
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'weights multiplied by mask after softmax, no renormalising')
+def at_w10(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    w = torch.softmax(s, -1)
+    if mask is not None: w = w * mask
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'fully masked row: uniform weights (no final zeroing)')
+def at_w11(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    w = s.softmax(-1)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'mask not inverted (fills the visible keys)')
+def at_w12(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'temperature sqrt(d_k) applied to softmax output instead')
+def at_w13(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1)
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0) / 1.0
+    w = w ** (1 / math.sqrt(query.size(-1)))
+    w = w / w.sum(-1, keepdim=True).clamp_min(1e-30)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'F.scaled_dot_product_attention (forbidden)')
+def at_w14(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask).nan_to_num(0.0)
+    return out, w
+
+@A('scaled_dot_product_attention', 'W', 'weights returned before masking zero (NaN rows) but context cleaned')
+def at_w15(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1)
+    return w.nan_to_num(0.0) @ value, w
+generics('scaled_dot_product_attention', at_r1, ['f32', 'f64', 'mutate', 'idcache', 'buffer', 'counter'])
+
+# ---------------- 06 multihead ----------------
+@A('linear', 'R', 'einsum')
+def li_r1(x, weight, bias=None):
+    y = torch.einsum('...i,oi->...o', x, weight)
+    return y if bias is None else y + bias
+
+@A('linear', 'R', 'addmm on flattened rows')
+def li_r2(x, weight, bias=None):
+    x2 = x.reshape(-1, x.size(-1))
+    y = torch.addmm(bias, x2, weight.t()) if bias is not None else torch.mm(x2, weight.t())
+    return y.reshape(*x.shape[:-1], weight.size(0))
+
+@A('linear', 'R', 'at least float32 inside, cast back')
+def li_r3(x, weight, bias=None):
+    y = _up(x) @ _up(weight).T
+    if bias is not None: y = y + _up(bias)
+    return y.to(x.dtype)
+
+@A('linear', 'R', 'broadcast multiply and sum (no matmul)')
+def li_r4(x, weight, bias=None):
+    y = (_up(x).unsqueeze(-2) * _up(weight)).sum(-1)
+    return (y + _up(bias) if bias is not None else y).to(x.dtype)
+
+@A('linear', 'W', 'x @ weight (no transpose)')
+def li_w1(x, weight, bias=None):
+    y = x @ weight if weight.size(0) == x.size(-1) else x @ weight.T.contiguous().T.T
+    return y if bias is None else y + bias
+
+@A('linear', 'W', 'bias ignored')
+def li_w2(x, weight, bias=None): return x @ weight.T
+
+@A('linear', 'W', 'if bias: (truthiness)')
+def li_w3(x, weight, bias=None):
+    y = x @ weight.T
+    if bias: y = y + bias
+    return y
+
+@A('linear', 'W', 'x.view(-1, in) (fails on transposed views)')
+def li_w4(x, weight, bias=None):
+    y = x.view(-1, x.size(-1)) @ weight.T
+    y = y.view(*x.shape[:-1], weight.size(0))
+    return y if bias is None else y + bias
+
+@A('linear', 'W', '3-D only (B, L, in)')
+def li_w5(x, weight, bias=None):
+    B, L, _ = x.shape
+    y = torch.bmm(x, weight.T.expand(B, *weight.T.shape))
+    return y if bias is None else y + bias
+
+@A('linear', 'W', 'bias subtracted')
+def li_w6(x, weight, bias=None):
+    y = x @ weight.T
+    return y if bias is None else y - bias
+
+@A('linear', 'W', 'F.linear (forbidden)')
+def li_w7(x, weight, bias=None): return F.linear(x, weight, bias)
+
+@A('linear', 'W', 'float32 output for every dtype')
+def li_w8(x, weight, bias=None):
+    y = x.float() @ weight.float().T
+    return y if bias is None else y + bias.float()
+generics('linear', li_r1, ['f64', 'mutate', 'idcache', 'buffer'])
+
+@A('split_heads', 'R', 'reshape + permute')
+def sh_r1(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, num_heads, D // num_heads).permute(0, 2, 1, 3)
+
+@A('split_heads', 'R', 'stack of chunks along dim 1')
+def sh_r2(x, num_heads): return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+@A('split_heads', 'R', 'unflatten + movedim')
+def sh_r3(x, num_heads): return x.unflatten(-1, (num_heads, x.size(-1) // num_heads)).movedim(2, 1)
+
+@A('split_heads', 'R', 'loop of slices')
+def sh_r4(x, num_heads):
+    dk = x.size(-1) // num_heads
+    return torch.stack([x[:, :, h * dk:(h + 1) * dk] for h in range(num_heads)], 1)
+
+@A('split_heads', 'W', 'reshape straight to (B, H, L, dk)')
+def sh_w1(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, num_heads, L, D // num_heads)
+
+@A('split_heads', 'W', 'view (fails on transposed input)')
+def sh_w2(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+@A('split_heads', 'W', 'no transpose')
+def sh_w3(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, num_heads, D // num_heads)
+
+@A('split_heads', 'W', '(dk, H) order swapped')
+def sh_w4(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, D // num_heads, num_heads).permute(0, 3, 1, 2)
+
+@A('split_heads', 'W', 'chunk along L')
+def sh_w5(x, num_heads):
+    B, L, D = x.shape
+    if L % num_heads: return sh_w1(x, num_heads)
+    return torch.stack(x.chunk(num_heads, dim=1), 1).reshape(B, num_heads, L, D // num_heads)
+
+@A('split_heads', 'W', 'returns (B, H, dk, L)')
+def sh_w6(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, num_heads, D // num_heads).permute(0, 2, 3, 1)
+
+@A('split_heads', 'W', 'heads in reverse order')
+def sh_w7(x, num_heads): return torch.stack(x.chunk(num_heads, dim=-1)[::-1], dim=1)
+generics('split_heads', sh_r1, ['mutate', 'idcache', 'buffer'])
+
+@A('merge_heads', 'R', 'permute + reshape')
+def mh_r1(x):
+    B, H, L, dk = x.shape
+    return x.permute(0, 2, 1, 3).reshape(B, L, H * dk)
+
+@A('merge_heads', 'R', 'cat of unbind along the feature axis')
+def mh_r2(x): return torch.cat(x.unbind(1), dim=-1)
+
+@A('merge_heads', 'R', 'movedim + flatten')
+def mh_r3(x): return x.movedim(1, 2).flatten(2)
+
+@A('merge_heads', 'R', 'einsum with identity (exact)')
+def mh_r4(x):
+    B, H, L, dk = x.shape
+    return torch.einsum('bhld->blhd', x).contiguous().view(B, L, H * dk)
+
+@A('merge_heads', 'W', 'reshape without transpose')
+def mh_w1(x):
+    B, H, L, dk = x.shape
+    return x.reshape(B, L, H * dk)
+
+@A('merge_heads', 'W', 'transpose then view (fails non-contiguous)')
+def mh_w2(x):
+    B, H, L, dk = x.shape
+    return x.transpose(1, 2).view(B, L, H * dk)
+
+@A('merge_heads', 'W', 'cat along dim 1 then reshape')
+def mh_w3(x):
+    B, H, L, dk = x.shape
+    return torch.cat(x.unbind(1), dim=1).reshape(B, L, H * dk)
+
+@A('merge_heads', 'W', 'heads reversed')
+def mh_w4(x): return torch.cat(x.unbind(1)[::-1], dim=-1)
+
+@A('merge_heads', 'W', 'transpose(2, 3) instead of (1, 2)')
+def mh_w5(x):
+    B, H, L, dk = x.shape
+    return x.permute(0, 2, 3, 1).reshape(B, L, H * dk)
+
+@A('merge_heads', 'W', 'sum over heads')
+def mh_w6(x): return x.sum(1).repeat(1, 1, x.size(1))
+generics('merge_heads', mh_r1, ['idcache', 'buffer', 'f32'])
+
+def _mha_core(query, key, value, params, num_heads, mask, attn):
+    q = sh_r2(li_r1(query, params['w_q'], params.get('b_q')), num_heads)
+    k = sh_r2(li_r1(key, params['w_k'], params.get('b_k')), num_heads)
+    v = sh_r2(li_r1(value, params['w_v'], params.get('b_v')), num_heads)
+    ctx, w = attn(q, k, v, mask)
+    return li_r1(mh_r2(ctx), params['w_o'], params.get('b_o')), w
+
+@A('multi_head_attention', 'R', 'my linear/split/merge + hand softmax attention')
+def ma_r1(query, key, value, params, num_heads, mask=None):
+    return _mha_core(query, key, value, params, num_heads, mask, at_r1)
+
+@A('multi_head_attention', 'R', 'loop over heads with weight row slices')
+def ma_r2(query, key, value, params, num_heads, mask=None):
+    D = query.size(-1); dk = D // num_heads; outs, ws = [], []
+    g = lambda n: params.get(n)
+    for h in range(num_heads):
+        sl = slice(h * dk, (h + 1) * dk)
+        bq, bk, bv = (None if g(b) is None else g(b)[sl] for b in ('b_q', 'b_k', 'b_v'))
+        q = li_r1(query, params['w_q'][sl], bq); k = li_r1(key, params['w_k'][sl], bk); v = li_r1(value, params['w_v'][sl], bv)
+        m = None if mask is None else (mask if mask.dim() < 4 else mask[:, h if mask.size(1) > 1 else 0])
+        c, w = at_r1(q, k, v, m)
+        outs.append(c); ws.append(w)
+    return li_r1(torch.cat(outs, -1), params['w_o'], g('b_o')), torch.stack(ws, 1)
+
+@A('multi_head_attention', 'R', 'at least float32 inside via tfmlib attention, cast back')
+def ma_r3(query, key, value, params, num_heads, mask=None):
+    from tfmlib import scaled_dot_product_attention as sdpa
+    dt = query.dtype
+    P = {k: (None if v is None else _up(v)) for k, v in params.items()}
+    out, w = _mha_core(_up(query), _up(key), _up(value), P, num_heads, mask, sdpa)
+    return out.to(dt), w.to(dt)
+
+@A('multi_head_attention', 'W', 'no output projection')
+def ma_w1(query, key, value, params, num_heads, mask=None):
+    q = sh_r1(li_r1(query, params['w_q'], params.get('b_q')), num_heads)
+    k = sh_r1(li_r1(key, params['w_k'], params.get('b_k')), num_heads)
+    v = sh_r1(li_r1(value, params['w_v'], params.get('b_v')), num_heads)
+    c, w = at_r1(q, k, v, mask)
+    return mh_r1(c), w
+
+@A('multi_head_attention', 'W', 'split heads by straight reshape')
+def ma_w2(query, key, value, params, num_heads, mask=None):
+    q = sh_w1(li_r1(query, params['w_q'], params.get('b_q')), num_heads)
+    k = sh_w1(li_r1(key, params['w_k'], params.get('b_k')), num_heads)
+    v = sh_w1(li_r1(value, params['w_v'], params.get('b_v')), num_heads)
+    c, w = at_r1(q, k, v, mask)
+    return li_r1(mh_w1(c), params['w_o'], params.get('b_o')), w
+
+@A('multi_head_attention', 'W', 'query used for key and value')
+def ma_w3(query, key, value, params, num_heads, mask=None):
+    return _mha_core(query, query, query, params, num_heads, mask if mask is None or mask.size(-1) == query.size(1) else None, at_r1)
+
+@A('multi_head_attention', 'W', 'scaled by sqrt(D) not sqrt(dk)')
+def ma_w4(query, key, value, params, num_heads, mask=None):
+    D = query.size(-1)
+    def att(q, k, v, m): return at_r1(q * math.sqrt(q.size(-1)) / math.sqrt(D), k, v, m)
+    return _mha_core(query, key, value, params, num_heads, mask, att)
+
+@A('multi_head_attention', 'W', 'weights averaged over heads')
+def ma_w5(query, key, value, params, num_heads, mask=None):
+    o, w = _mha_core(query, key, value, params, num_heads, mask, at_r1)
+    return o, w.mean(1)
+
+@A('multi_head_attention', 'W', 'mask ignored')
+def ma_w6(query, key, value, params, num_heads, mask=None):
+    return _mha_core(query, key, value, params, num_heads, None, at_r1)
+
+@A('multi_head_attention', 'W', 'b_o forgotten')
+def ma_w7(query, key, value, params, num_heads, mask=None):
+    P = dict(params); P['b_o'] = None
+    return _mha_core(query, key, value, P, num_heads, mask, at_r1)
+
+@A('multi_head_attention', 'W', 'weights used as (in, out): x @ W')
+def ma_w8(query, key, value, params, num_heads, mask=None):
+    P = {k: (v.T if k.startswith('w_') else v) for k, v in params.items()}
+    return _mha_core(query, key, value, P, num_heads, mask, at_r1)
+
+@A('multi_head_attention', 'W', 'w_k used for values')
+def ma_w9(query, key, value, params, num_heads, mask=None):
+    P = dict(params); P['w_v'] = params['w_k']; P['b_v'] = params.get('b_k')
+    return _mha_core(query, key, value, P, num_heads, mask, at_r1)
+generics('multi_head_attention', ma_r1, ['f32', 'mutate', 'idcache', 'buffer'])
+
+# ---------------- 07 sublayers ----------------
+@A('feed_forward', 'R', 'einsum, clamp_min(0)')
+def ff_r1(x, params):
+    h = torch.einsum('bld,fd->blf', x, params['w_1']) + params['b_1']
+    return torch.einsum('blf,df->bld', h.clamp_min(0), params['w_2']) + params['b_2']
+
+@A('feed_forward', 'R', 'my linear twice, maximum with zeros')
+def ff_r2(x, params):
+    h = li_r1(x, params['w_1'], params['b_1'])
+    return li_r1(torch.maximum(h, torch.zeros_like(h)), params['w_2'], params['b_2'])
+
+@A('feed_forward', 'R', 'at least float32 inside, where(h > 0)')
+def ff_r3(x, params):
+    h = _up(x) @ _up(params['w_1']).T + _up(params['b_1'])
+    h = torch.where(h > 0, h, torch.zeros((), dtype=h.dtype))
+    return (h @ _up(params['w_2']).T + _up(params['b_2'])).to(x.dtype)
+
+@A('feed_forward', 'W', 'GELU')
+def ff_w1(x, params):
+    return li_r1(F.gelu(li_r1(x, params['w_1'], params['b_1'])), params['w_2'], params['b_2'])
+
+@A('feed_forward', 'W', 'ReLU after the second layer too')
+def ff_w2(x, params): return torch.relu(ff_r2(x, params))
+
+@A('feed_forward', 'W', 'b_2 forgotten')
+def ff_w3(x, params):
+    return li_r1(torch.relu(li_r1(x, params['w_1'], params['b_1'])), params['w_2'])
+
+@A('feed_forward', 'W', 'ReLU6 (clamp 0..6)')
+def ff_w4(x, params):
+    return li_r1(F.relu6(li_r1(x, params['w_1'], params['b_1'])), params['w_2'], params['b_2'])
+
+@A('feed_forward', 'W', 'no activation')
+def ff_w5(x, params):
+    return li_r1(li_r1(x, params['w_1'], params['b_1']), params['w_2'], params['b_2'])
+
+@A('feed_forward', 'W', 'leaky ReLU 0.01')
+def ff_w6(x, params):
+    return li_r1(F.leaky_relu(li_r1(x, params['w_1'], params['b_1'])), params['w_2'], params['b_2'])
+
+@A('feed_forward', 'W', 'h * (h > 0) (NaN on -inf)')
+def ff_w7(x, params):
+    h = li_r1(x, params['w_1'], params['b_1'])
+    return li_r1(h * (h > 0), params['w_2'], params['b_2'])
+
+@A('feed_forward', 'W', 'relu applied before adding b_1')
+def ff_w8(x, params):
+    return li_r1(torch.relu(x @ params['w_1'].T) + params['b_1'], params['w_2'], params['b_2'])
+generics('feed_forward', ff_r2, ['f32', 'mutate', 'idcache', 'buffer'])
+
+@A('dropout', 'R', 'keep = rand < 1 - p, where for the zeros')
+def dr_r1(x, p, training=True):
+    if not training or p == 0: return x
+    keep = torch.rand(x.shape) < 1 - p
+    return torch.where(keep, x / (1 - p), torch.zeros((), dtype=x.dtype))
+
+@A('dropout', 'R', 'bernoulli in float32, multiply by 1/(1-p)')
+def dr_r2(x, p, training=True):
+    if not training: return x
+    keep = torch.bernoulli(torch.full(x.shape, 1.0 - p, dtype=torch.float32))
+    return (x * keep.to(x.dtype)) * (1.0 / (1.0 - p))
+
+@A('dropout', 'R', 'float64 uniform, scale computed at least float32')
+def dr_r3(x, p, training=True):
+    if not training: return x
+    keep = torch.rand(x.shape, dtype=torch.float64) >= p
+    return (_up(x) * keep / (1 - p)).to(x.dtype)
+
+@A('dropout', 'R', 'empty().uniform_() float32 buffer')
+def dr_r4(x, p, training=True):
+    if training is False or p == 0.0: return x
+    u = torch.empty(x.shape, dtype=torch.float32).uniform_(0, 1)
+    return x.masked_fill(u < p, 0) / (1 - p)
+
+@A('dropout', 'W', 'multiplies by 1 - p')
+def dr_w1(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= p) * (1 - p)
+
+@A('dropout', 'W', 'no scaling')
+def dr_w2(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= p)
+
+@A('dropout', 'W', 'keeps with probability p')
+def dr_w3(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) < p) / (1 - p)
+
+@A('dropout', 'W', 'drops even when not training')
+def dr_w4(x, p, training=True): return x * (torch.rand(x.shape) >= p) / (1 - p)
+
+@A('dropout', 'W', 'rand in x dtype')
+def dr_w5(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape, dtype=x.dtype) >= p) / (1 - p)
+
+@A('dropout', 'W', 'exactly round(p*n) dropped')
+def dr_w6(x, p, training=True):
+    if not training: return x
+    n = x.numel(); k = round(p * n)
+    keep = torch.ones(n, dtype=torch.bool); keep[torch.randperm(n)[:k]] = False
+    return x * keep.view(x.shape) / (1 - p)
+
+@A('dropout', 'W', 'seed reset every call (same mask)')
+def dr_w7(x, p, training=True):
+    if not training: return x
+    g = torch.Generator().manual_seed(0)
+    return x * (torch.rand(x.shape, generator=g) >= p) / (1 - p)
+
+@A('dropout', 'W', 'one mask row shared across the batch')
+def dr_w8(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape[-1:]) >= p) / (1 - p)
+
+@A('dropout', 'W', 'in place mul_')
+def dr_w9(x, p, training=True):
+    if not training: return x
+    with torch.no_grad():
+        return x.mul_((torch.rand(x.shape) >= p) / (1 - p))
+
+@A('dropout', 'W', 'rand in bfloat16 only for small tensors? no: p compared after rounding to 2 decimals')
+def dr_w10(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= round(p, 2)) / (1 - p)
+
+@A('dropout', 'W', 'F.dropout (forbidden)')
+def dr_w11(x, p, training=True): return F.dropout(x, p, training)
+
+@A('dropout', 'W', 'antithetic pairs: entry 2k+1 dropped iff entry 2k kept when p=0.5-ish (u, 1-u)')
+def dr_w12(x, p, training=True):
+    if not training or p == 0: return x
+    n = x.numel(); u = torch.rand((n + 1) // 2)
+    uu = torch.stack((u, 1 - u), -1).flatten()[:n]
+    return x * (uu >= p).view(x.shape) / (1 - p)
+
+@A('dropout', 'W', 'training=False returns a scaled copy x * (1 - p)')
+def dr_w13(x, p, training=True):
+    if not training: return x * (1 - p)
+    return x * (torch.rand(x.shape) >= p) / (1 - p)
+
+@A('layer_norm', 'R', 'at least float32 inside, hand variance')
+def ln_r1(x, gamma, beta, eps=1e-5):
+    xf = _up(x); m = xf.mean(-1, keepdim=True)
+    v = ((xf - m) ** 2).mean(-1, keepdim=True)
+    return ((xf - m) / torch.sqrt(v + eps) * _up(gamma) + _up(beta)).to(x.dtype)
+
+@A('layer_norm', 'R', 'float64 inside, var_mean + rsqrt')
+def ln_r2(x, gamma, beta, eps=1e-5):
+    v, m = torch.var_mean(x.double(), dim=-1, keepdim=True, correction=0)
+    return ((x.double() - m) * torch.rsqrt(v + eps) * gamma.double() + beta.double()).to(x.dtype)
+
+@A('layer_norm', 'R', 'in x dtype: var_mean + rsqrt, addcmul')
+def ln_r3(x, gamma, beta, eps=1e-5):
+    v, m = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+    return torch.addcmul(beta, (x - m) * torch.rsqrt(v + eps), gamma)
+
+@A('layer_norm', 'R', 'E[x^2] - E[x]^2 in float64')
+def ln_r4(x, gamma, beta, eps=1e-5):
+    xd = x.double(); m = xd.mean(-1, keepdim=True)
+    v = (xd * xd).mean(-1, keepdim=True) - m * m
+    return ((xd - m) / (v.clamp_min(0) + eps).sqrt() * gamma + beta).to(x.dtype)
+
+@A('layer_norm', 'R', 'centred first, then std via norm / sqrt(D)')
+def ln_r5(x, gamma, beta, eps=1e-5):
+    xf = _up(x); c = xf - xf.mean(-1, keepdim=True)
+    var = torch.linalg.vector_norm(c, dim=-1, keepdim=True) ** 2 / x.size(-1)
+    return (c / (var + eps).sqrt() * _up(gamma) + _up(beta)).to(x.dtype)
+
+@A('layer_norm', 'W', 'eps outside the root')
+def ln_w1(x, gamma, beta, eps=1e-5):
+    m = x.mean(-1, keepdim=True); s = x.var(-1, keepdim=True, unbiased=False).sqrt()
+    return (x - m) / (s + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'unbiased variance')
+def ln_w2(x, gamma, beta, eps=1e-5):
+    m = x.mean(-1, keepdim=True)
+    return (x - m) / torch.sqrt(x.var(-1, keepdim=True) + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'normalised over dim -2')
+def ln_w3(x, gamma, beta, eps=1e-5):
+    m = x.mean(-2, keepdim=True)
+    return (x - m) / torch.sqrt(x.var(-2, keepdim=True, unbiased=False) + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'eps argument ignored (1e-5)')
+def ln_w4(x, gamma, beta, eps=1e-5): return ln_r1(x, gamma, beta)
+
+@A('layer_norm', 'W', 'gamma and beta swapped')
+def ln_w5(x, gamma, beta, eps=1e-5): return ln_r1(x, beta, gamma, eps)
+
+@A('layer_norm', 'W', 'x centred in place')
+def ln_w6(x, gamma, beta, eps=1e-5):
+    v = x.var(-1, keepdim=True, unbiased=False)
+    with torch.no_grad(): x.sub_(x.mean(-1, keepdim=True))
+    return x / torch.sqrt(v + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'sum of squares in x dtype (overflows in half)')
+def ln_w7(x, gamma, beta, eps=1e-5):
+    m = x.mean(-1, keepdim=True); c = x - m
+    v = (c * c).sum(-1, keepdim=True) / x.size(-1)
+    return c / torch.sqrt(v + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'E[x^2]-E[x]^2 in x dtype (cancellation)')
+def ln_w8(x, gamma, beta, eps=1e-5):
+    m = x.mean(-1, keepdim=True); v = (x * x).mean(-1, keepdim=True) - m * m
+    return (x - m) / torch.sqrt(v.clamp_min(0) + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'eps squared inside (sqrt(var) -> var + eps**2)')
+def ln_w9(x, gamma, beta, eps=1e-5):
+    m = x.mean(-1, keepdim=True)
+    return (x - m) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps * eps) * gamma + beta
+
+@A('layer_norm', 'W', 'F.layer_norm (forbidden)')
+def ln_w10(x, gamma, beta, eps=1e-5): return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+generics('layer_norm', ln_r1, ['f32', 'f64', 'mutate', 'idcache', 'buffer'])
+
+@A('residual_sublayer', 'R', 'my layer_norm, both branches')
+def rs_r1(x, sublayer, norm, norm_first=False):
+    if norm_first: return x + sublayer(ln_r1(x, norm['gamma'], norm['beta']))
+    return ln_r1(x + sublayer(x), norm['gamma'], norm['beta'])
+
+@A('residual_sublayer', 'R', 'tfmlib layer_norm, torch.add, dict of branches')
+def rs_r2(x, sublayer, norm, norm_first=False):
+    from tfmlib import layer_norm as LN
+    g, b = norm['gamma'], norm['beta']
+    return {True: lambda: torch.add(x, sublayer(LN(x, g, b))),
+            False: lambda: LN(torch.add(x, sublayer(x)), g, b)}[bool(norm_first)]()
+
+@A('residual_sublayer', 'R', 'float64 LayerNorm (own ln_r2), sum in x dtype')
+def rs_r3(x, sublayer, norm, norm_first=False):
+    if norm_first:
+        h = ln_r2(x, norm['gamma'], norm['beta'])
+        return x + sublayer(h)
+    y = sublayer(x)
+    return ln_r2(x + y, norm['gamma'], norm['beta'])
+
+@A('residual_sublayer', 'W', 'designs swapped')
+def rs_w1(x, sublayer, norm, norm_first=False): return rs_r1(x, sublayer, norm, not norm_first)
+
+@A('residual_sublayer', 'W', 'Pre-LN residual from the normalised x')
+def rs_w2(x, sublayer, norm, norm_first=False):
+    if norm_first:
+        h = ln_r1(x, norm['gamma'], norm['beta']); return h + sublayer(h)
+    return ln_r1(x + sublayer(x), norm['gamma'], norm['beta'])
+
+@A('residual_sublayer', 'W', 'Post-LN normalises only the update')
+def rs_w3(x, sublayer, norm, norm_first=False):
+    if norm_first: return x + sublayer(ln_r1(x, norm['gamma'], norm['beta']))
+    return x + ln_r1(sublayer(x), norm['gamma'], norm['beta'])
+
+@A('residual_sublayer', 'W', 'sublayer called twice')
+def rs_w4(x, sublayer, norm, norm_first=False):
+    if norm_first:
+        h = ln_r1(x, norm['gamma'], norm['beta']); sublayer(h); return x + sublayer(h)
+    sublayer(x)
+    return ln_r1(x + sublayer(x), norm['gamma'], norm['beta'])
+
+@A('residual_sublayer', 'W', 'sublayer per sample')
+def rs_w5(x, sublayer, norm, norm_first=False):
+    f = lambda h: torch.cat([sublayer(h[b:b + 1]) for b in range(h.size(0))])
+    return rs_r1(x, f, norm, norm_first)
+
+@A('residual_sublayer', 'W', 'gamma/beta ignored')
+def rs_w6(x, sublayer, norm, norm_first=False):
+    ones = {'gamma': torch.ones_like(norm['gamma']), 'beta': torch.zeros_like(norm['beta'])}
+    return rs_r1(x, sublayer, ones, norm_first)
+
+@A('residual_sublayer', 'W', 'Pre-LN with an extra final norm')
+def rs_w7(x, sublayer, norm, norm_first=False):
+    if norm_first:
+        return ln_r1(x + sublayer(ln_r1(x, norm['gamma'], norm['beta'])), norm['gamma'], norm['beta'])
+    return ln_r1(x + sublayer(x), norm['gamma'], norm['beta'])
+
+@A('residual_sublayer', 'W', 'eps 1e-6')
+def rs_w8(x, sublayer, norm, norm_first=False):
+    if norm_first: return x + sublayer(ln_r1(x, norm['gamma'], norm['beta'], 1e-6))
+    return ln_r1(x + sublayer(x), norm['gamma'], norm['beta'], 1e-6)
+
+@A('residual_sublayer', 'W', 'x updated in place (x += sublayer(x))')
+def rs_w9(x, sublayer, norm, norm_first=False):
+    if norm_first:
+        with torch.no_grad(): x += sublayer(ln_r1(x, norm['gamma'], norm['beta']))
+        return x
+    return ln_r1(x + sublayer(x), norm['gamma'], norm['beta'])
+
+@A('residual_sublayer', 'W', 'Pre-LN update computed in float32 and not cast back (output float32 for half)')
+def rs_w10(x, sublayer, norm, norm_first=False):
+    if norm_first: return _up(x) + _up(sublayer(ln_r1(x, norm['gamma'], norm['beta'])))
+    return ln_r1(x + sublayer(x), norm['gamma'], norm['beta'])
+generics('residual_sublayer', rs_r1, ['f32', 'mutate', 'idcache', 'buffer'])

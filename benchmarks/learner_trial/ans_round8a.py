@@ -944,7 +944,7 @@ def at_w5(query, key, value, mask=None):
     w = torch.softmax(s, -2).nan_to_num(0.0)
     return w @ value, w
 
-@A('scaled_dot_product_attention', 'W', 'key.transpose(1, 2)')
+@A('scaled_dot_product_attention', 'R', 'three transposes that amount to transpose(-2, -1) on 4-D (label corrected from W)')
 def at_w6(query, key, value, mask=None):
     s = query @ key.transpose(1, 2) / math.sqrt(query.size(-1)) if key.dim() == 3 else query @ key.transpose(1, 3).transpose(2, 3).transpose(1, 2) / math.sqrt(query.size(-1))
     if mask is not None: s = s.masked_fill(~mask, float('-inf'))
@@ -1105,7 +1105,7 @@ def sh_w1(x, num_heads):
     B, L, D = x.shape
     return x.reshape(B, num_heads, L, D // num_heads)
 
-@A('split_heads', 'W', 'view (fails on transposed input)')
+@A('split_heads', 'R', 'view then transpose: splitting one axis is a valid view at any stride (label corrected from W)')
 def sh_w2(x, num_heads):
     B, L, D = x.shape
     return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
@@ -1551,3 +1551,26 @@ def rs_w10(x, sublayer, norm, norm_first=False):
     if norm_first: return _up(x) + _up(sublayer(ln_r1(x, norm['gamma'], norm['beta'])))
     return ln_r1(x + sublayer(x), norm['gamma'], norm['beta'])
 generics('residual_sublayer', rs_r1, ['f32', 'mutate', 'idcache', 'buffer'])
+
+@A('scaled_dot_product_attention', 'W', 'key.transpose(1, 2) on every input (right on 3-D only)')
+def at_w16(query, key, value, mask=None):
+    s = query @ key.transpose(1, 2) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ value, w
+
+@A('layer_norm', 'W', 'variance as mean of squares in x dtype (squares overflow in float16)')
+def ln_w11(x, gamma, beta, eps=1e-5):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt((c ** 2).mean(-1, keepdim=True) + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'std from sqrt of the summed squares in x dtype, divided by sqrt(D)')
+def ln_w12(x, gamma, beta, eps=1e-5):
+    c = x - x.mean(-1, keepdim=True)
+    std = (c * c).sum(-1, keepdim=True).sqrt() / math.sqrt(x.size(-1))
+    return c / torch.sqrt(std * std + eps) * gamma + beta
+
+@A('feed_forward', 'W', 'ReLU as (h + |h|) / 2 in x dtype (h + |h| overflows in float16)')
+def ff_w9(x, params):
+    h = li_r1(x, params['w_1'], params['b_1'])
+    return li_r1((h + h.abs()) / 2, params['w_2'], params['b_2'])

@@ -1,0 +1,1093 @@
+# Round 8b of the blind learner trial: notebooks 08, 09, 10, b1, b2.
+from harness import *
+import math
+import torch
+import torch.nn.functional as F
+from tfmlib import (multi_head_attention, feed_forward, layer_norm, linear, split_heads,
+                    merge_heads, scaled_dot_product_attention, causal_mask, embed)
+import tfmlib.encoder_decoder as ed
+import tfmlib.adam as ad
+import tfmlib.training as tr
+import tfmlib.language_model as lmm
+import tfmlib.generation as gen
+from tfmlib.sublayers import residual_sublayer
+
+
+# ---------------------------------------------------------------- helpers a learner writes
+def ln32(x, g, b, eps=1e-5):   # LayerNorm in float32 inside, cast back
+    x32 = x.float()
+    mu = x32.mean(-1, keepdim=True)
+    var = ((x32 - mu) ** 2).mean(-1, keepdim=True)
+    return ((x32 - mu) / torch.sqrt(var + eps) * g.float() + b.float()).to(x.dtype)
+
+
+def ln_hand(x, g, b, eps=1e-5):  # in the input dtype, variance by hand
+    mu = x.sum(-1, keepdim=True) / x.size(-1)
+    d = x - mu
+    var = (d * d).sum(-1, keepdim=True) / x.size(-1)
+    return d * torch.rsqrt(var + eps) * g + b
+
+
+def softmax_hand(s):
+    m = s.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m)
+    z = e.sum(-1, keepdim=True)
+    return torch.where(z > 0, e / z.clamp_min(torch.finfo(e.dtype).tiny), torch.zeros_like(e))
+
+
+def mha_einsum(q_in, kv_in, p, H, mask, up=None):
+    """multi-head attention written out; up: compute in this dtype, cast back."""
+    dt = q_in.dtype
+    c = (lambda t: t if t is None or up is None else t.to(up))
+    qi, ki = c(q_in), c(kv_in)
+    B, Lq, D = qi.shape
+    Lk = ki.size(1)
+    dk = D // H
+    def proj(x, w, b):
+        y = torch.einsum('bld,od->blo', x, c(w))
+        return y if p.get(b) is None else y + c(p[b])
+    q = proj(qi, p['w_q'], 'b_q').reshape(B, Lq, H, dk)
+    k = proj(ki, p['w_k'], 'b_k').reshape(B, Lk, H, dk)
+    v = proj(ki, p['w_v'], 'b_v').reshape(B, Lk, H, dk)
+    s = torch.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(dk)
+    if mask is not None:
+        s = s.masked_fill(~mask, float('-inf'))
+    w = softmax_hand(s)
+    ctx = torch.einsum('bhqk,bkhd->bqhd', w, v).reshape(B, Lq, D)
+    out = torch.einsum('bld,od->blo', ctx, c(p['w_o']))
+    if p.get('b_o') is not None:
+        out = out + c(p['b_o'])
+    return out.to(dt)
+
+
+def ffn_hand(x, p, up=None):
+    dt = x.dtype
+    c = (lambda t: t if up is None else t.to(up))
+    h = torch.relu(c(x) @ c(p['w_1']).T + c(p['b_1']))
+    return (h @ c(p['w_2']).T + c(p['b_2'])).to(dt)
+
+
+def mha(x, kv, p, H, mask):
+    return multi_head_attention(x, kv, kv, p, H, mask)[0]
+
+
+# ================================================================ 08 encoder_layer
+@A('encoder_layer', 'R', 'library mha/ffn + LayerNorm float32 inside')
+def r(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    x = ln32(x + mha(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
+    return ln32(x + feed_forward(x, params['ffn']), n2['gamma'], n2['beta'])
+
+
+@A('encoder_layer', 'R', 'all einsum, own softmax and LN (dtype of input)')
+def r(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    x = ln_hand(x + mha_einsum(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
+    return ln_hand(x + ffn_hand(x, params['ffn']), n2['gamma'], n2['beta'])
+
+
+@A('encoder_layer', 'R', 'everything in float64, cast back')
+def r(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    d = torch.float64
+    h = x.to(d)
+    h = ln_hand(h + mha_einsum(h, h, params['self_attn'], num_heads, mask, up=d), n1['gamma'].to(d), n1['beta'].to(d))
+    h = ln_hand(h + ffn_hand(h, params['ffn'], up=d), n2['gamma'].to(d), n2['beta'].to(d))
+    return h.to(x.dtype)
+
+
+@A('encoder_layer', 'R', 'residual_sublayer from notebook 07')
+def r(x, params, num_heads, mask=None):
+    x = residual_sublayer(x, lambda h: mha(h, h, params['self_attn'], num_heads, mask), params['norm1'])
+    return residual_sublayer(x, lambda h: feed_forward(h, params['ffn']), params['norm2'])
+
+
+def enc_right(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    x = layer_norm(x + mha(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), n2['gamma'], n2['beta'])
+
+
+@A('encoder_layer', 'W', 'Pre-LN instead of Post-LN')
+def w(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    h = layer_norm(x, n1['gamma'], n1['beta'])
+    x = x + mha(h, h, params['self_attn'], num_heads, mask)
+    return x + feed_forward(layer_norm(x, n2['gamma'], n2['beta']), params['ffn'])
+
+
+@A('encoder_layer', 'W', 'norm1 for both sublayers')
+def w(x, params, num_heads, mask=None):
+    n1 = params['norm1']
+    x = layer_norm(x + mha(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), n1['gamma'], n1['beta'])
+
+
+@A('encoder_layer', 'W', '-1e9 fill: fully masked rows average the values')
+def w(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    p = params['self_attn']; B, L, D = x.shape; H = num_heads; dk = D // H
+    q = split_heads(linear(x, p['w_q'], p['b_q']), H)
+    k = split_heads(linear(x, p['w_k'], p['b_k']), H)
+    v = split_heads(linear(x, p['w_v'], p['b_v']), H)
+    s = q @ k.transpose(-2, -1) / math.sqrt(dk)
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e4 if x.dtype == torch.float16 else -1e9)
+    a = linear(merge_heads(torch.softmax(s, -1) @ v), p['w_o'], p['b_o'])
+    x = layer_norm(x + a, n1['gamma'], n1['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), n2['gamma'], n2['beta'])
+
+
+@A('encoder_layer', 'W', 'LayerNorm with unbiased variance')
+def w(x, params, num_heads, mask=None):
+    def ln(t, n):
+        return (t - t.mean(-1, keepdim=True)) / torch.sqrt(t.var(-1, keepdim=True) + 1e-5) * n['gamma'] + n['beta']
+    x = ln(x + mha(x, x, params['self_attn'], num_heads, mask), params['norm1'])
+    return ln(x + feed_forward(x, params['ffn']), params['norm2'])
+
+
+@A('encoder_layer', 'W', 'LayerNorm eps 1e-6')
+def w(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    x = layer_norm(x + mha(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'], 1e-6)
+    return layer_norm(x + feed_forward(x, params['ffn']), n2['gamma'], n2['beta'], 1e-6)
+
+
+@A('encoder_layer', 'W', 'mask dropped when B > 1 broadcast fails -> mask[0] used')
+def w(x, params, num_heads, mask=None):
+    if mask is not None:
+        mask = mask[:1]   # "the mask is the same for every sample"
+    return enc_right(x, params, num_heads, mask)
+
+
+@A('encoder_layer', 'W', 'attention in place: x.add_(attn)')
+def w(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    a = mha(x, x, params['self_attn'], num_heads, mask)
+    with torch.no_grad():
+        x2 = x.detach().add_(a.detach())
+    x = layer_norm(x2, n1['gamma'], n1['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), n2['gamma'], n2['beta'])
+
+
+@A('encoder_layer', 'W', 'calls the library encoder_layer')
+def w(x, params, num_heads, mask=None):
+    return ed.encoder_layer(x, params, num_heads, mask)
+
+
+@A('encoder_layer', 'W', 'LayerNorm float16 computed via x.half() always')
+def w(x, params, num_heads, mask=None):
+    return enc_right(x.half().to(x.dtype), params, num_heads, mask) if x.dtype == torch.float64 else enc_right(x, params, num_heads, mask)
+
+
+generics('encoder_layer', enc_right, ['f32', 'mutate', 'idcache', 'buffer'])
+
+
+# ================================================================ 08 encoder
+def my_enc_layer(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    x = ln_hand(x + mha_einsum(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
+    return ln_hand(x + ffn_hand(x, params['ffn']), n2['gamma'], n2['beta'])
+
+
+@A('encoder', 'R', 'loop over my own einsum encoder layer')
+def r(x, layers, num_heads, mask=None):
+    h = x
+    for p in layers:
+        h = my_enc_layer(h, p, num_heads, mask)
+    return h
+
+
+@A('encoder', 'R', 'functools.reduce over library encoder_layer')
+def r(x, layers, num_heads, mask=None):
+    return functools.reduce(lambda h, p: ed.encoder_layer(h, p, num_heads, mask), layers, x)
+
+
+def enc_rec(x, layers, num_heads, mask=None):
+    if not layers:
+        return x
+    p = layers[0]
+    n1, n2 = p['norm1'], p['norm2']
+    h = ln32(x + mha(x, x, p['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
+    h = ln32(h + feed_forward(h, p['ffn']), n2['gamma'], n2['beta'])
+    return enc_rec(h, layers[1:], num_heads, mask)
+
+
+A('encoder', 'R', 'recursion, float32-inside LN layer')(enc_rec)
+
+
+def enc_stack_right(x, layers, num_heads, mask=None):
+    for p in layers:
+        x = ed.encoder_layer(x, p, num_heads, mask)
+    return x
+
+
+@A('encoder', 'W', 'every layer reads the original x')
+def w(x, layers, num_heads, mask=None):
+    out = x
+    for p in layers:
+        out = ed.encoder_layer(x, p, num_heads, mask)
+    return out
+
+
+@A('encoder', 'W', 'layers in reverse order')
+def w(x, layers, num_heads, mask=None):
+    for p in reversed(layers):
+        x = ed.encoder_layer(x, p, num_heads, mask)
+    return x
+
+
+@A('encoder', 'W', 'mask only for the first layer')
+def w(x, layers, num_heads, mask=None):
+    for i, p in enumerate(layers):
+        x = ed.encoder_layer(x, p, num_heads, mask if i == 0 else None)
+    return x
+
+
+@A('encoder', 'W', 'extra final LayerNorm with the last layer norm2')
+def w(x, layers, num_heads, mask=None):
+    x = enc_stack_right(x, layers, num_heads, mask)
+    n = layers[-1]['norm2']
+    return layer_norm(x, n['gamma'], n['beta'])
+
+
+@A('encoder', 'W', 'first layer params repeated len(layers) times')
+def w(x, layers, num_heads, mask=None):
+    for _ in layers:
+        x = ed.encoder_layer(x, layers[0], num_heads, mask)
+    return x
+
+
+@A('encoder', 'W', 'skips the last layer (range(len-1))')
+def w(x, layers, num_heads, mask=None):
+    for i in range(max(1, len(layers) - 1)):
+        x = ed.encoder_layer(x, layers[i], num_heads, mask)
+    return x
+
+
+@A('encoder', 'W', 'calls the library encoder')
+def w(x, layers, num_heads, mask=None):
+    return ed.encoder(x, layers, num_heads, mask)
+
+
+generics('encoder', enc_stack_right, ['f32', 'mutate', 'shapecache', 'counter'])
+
+
+# ================================================================ 08 decoder_layer
+def dec_right(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    n1, n2, n3 = params['norm1'], params['norm2'], params['norm3']
+    x = layer_norm(x + mha(x, x, params['self_attn'], num_heads, self_mask), n1['gamma'], n1['beta'])
+    x = layer_norm(x + mha(x, memory, params['cross_attn'], num_heads, memory_mask), n2['gamma'], n2['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), n3['gamma'], n3['beta'])
+
+
+@A('decoder_layer', 'R', 'einsum attention, own softmax/LN')
+def r(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    n1, n2, n3 = params['norm1'], params['norm2'], params['norm3']
+    x = ln_hand(x + mha_einsum(x, x, params['self_attn'], num_heads, self_mask), n1['gamma'], n1['beta'])
+    x = ln_hand(x + mha_einsum(x, memory, params['cross_attn'], num_heads, memory_mask), n2['gamma'], n2['beta'])
+    return ln_hand(x + ffn_hand(x, params['ffn']), n3['gamma'], n3['beta'])
+
+
+@A('decoder_layer', 'R', 'float32 inside, cast back')
+def r(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    d = torch.float32 if x.dtype != torch.float64 else torch.float64
+    n1, n2, n3 = params['norm1'], params['norm2'], params['norm3']
+    h, m = x.to(d), memory.to(d)
+    h = ln32(h + mha_einsum(h, h, params['self_attn'], num_heads, self_mask, up=d), n1['gamma'], n1['beta'])
+    h = ln32(h + mha_einsum(h, m, params['cross_attn'], num_heads, memory_mask, up=d), n2['gamma'], n2['beta'])
+    return ln32(h + ffn_hand(h, params['ffn'], up=d), n3['gamma'], n3['beta']).to(x.dtype)
+
+
+@A('decoder_layer', 'R', 'list of (sublayer, norm) pairs + residual_sublayer')
+def r(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    steps = [(lambda h: mha(h, h, params['self_attn'], num_heads, self_mask), 'norm1'),
+             (lambda h: mha(h, memory, params['cross_attn'], num_heads, memory_mask), 'norm2'),
+             (lambda h: feed_forward(h, params['ffn']), 'norm3')]
+    for f, n in steps:
+        x = residual_sublayer(x, f, params[n])
+    return x
+
+
+@A('decoder_layer', 'W', 'cross-attention keys/values from x')
+def w(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    n1, n2, n3 = params['norm1'], params['norm2'], params['norm3']
+    x = layer_norm(x + mha(x, x, params['self_attn'], num_heads, self_mask), n1['gamma'], n1['beta'])
+    x = layer_norm(x + mha(x, x, params['cross_attn'], num_heads, self_mask), n2['gamma'], n2['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), n3['gamma'], n3['beta'])
+
+
+@A('decoder_layer', 'W', 'cross-attention with self_attn weights')
+def w(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    p = dict(params); p['cross_attn'] = params['self_attn']
+    return dec_right(x, memory, p, num_heads, self_mask, memory_mask)
+
+
+@A('decoder_layer', 'W', 'memory_mask ignored')
+def w(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    return dec_right(x, memory, params, num_heads, self_mask, None)
+
+
+@A('decoder_layer', 'W', 'norm2 and norm3 swapped')
+def w(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    p = dict(params); p['norm2'], p['norm3'] = params['norm3'], params['norm2']
+    return dec_right(x, memory, p, num_heads, self_mask, memory_mask)
+
+
+@A('decoder_layer', 'W', 'cross-attn residual added to the pre-self-attn x')
+def w(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    n1, n2, n3 = params['norm1'], params['norm2'], params['norm3']
+    h = layer_norm(x + mha(x, x, params['self_attn'], num_heads, self_mask), n1['gamma'], n1['beta'])
+    h = layer_norm(x + mha(h, memory, params['cross_attn'], num_heads, memory_mask), n2['gamma'], n2['beta'])
+    return layer_norm(h + feed_forward(h, params['ffn']), n3['gamma'], n3['beta'])
+
+
+@A('decoder_layer', 'W', 'self_mask only if Lt > 1; masks swapped when shapes allow')
+def w(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    if x.size(1) == memory.size(1):
+        self_mask, memory_mask = memory_mask, self_mask
+    return dec_right(x, memory, params, num_heads, self_mask, memory_mask)
+
+
+@A('decoder_layer', 'W', 'mask of the first sample for all (B > 1)')
+def w(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    mm = None if memory_mask is None else memory_mask[:1]
+    return dec_right(x, memory, params, num_heads, self_mask, mm)
+
+
+generics('decoder_layer', dec_right, ['f32', 'mutate', 'idcache', 'buffer'])
+
+
+# ================================================================ 09 adam
+def adam_init_r(parameters):
+    ps = list(parameters)
+    return {"t": 0, "m": [torch.zeros_like(p) for p in ps], "v": [torch.zeros_like(p) for p in ps]}
+
+
+def adam_step_r(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas
+    state['t'] += 1
+    t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            g = p.grad
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+
+def adam_step_paper(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # Kingma & Ba's "more efficient" order: fold both corrections into the step size.
+    b1, b2 = betas
+    state['t'] += 1
+    t = state['t']
+    bc2 = math.sqrt(1 - b2 ** t)
+    step_size = lr * bc2 / (1 - b1 ** t)
+    with torch.no_grad():
+        for i, p in enumerate(parameters):
+            if p.grad is None:
+                continue
+            m, v = state['m'][i], state['v'][i]
+            m.lerp_(p.grad, 1 - b1)
+            v.mul_(b2).add_((1 - b2) * p.grad * p.grad)
+            p.addcdiv_(m, v.sqrt().add_(eps * bc2), value=-step_size)
+
+
+def adam_init_zeros(parameters):
+    ps = list(parameters)
+    return {"t": 0, "m": [p.detach().clone().zero_() for p in ps],
+            "v": [torch.zeros(p.shape, dtype=p.dtype, device=p.device) for p in ps]}
+
+
+def adam_step_f64(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas
+    state['t'] = state['t'] + 1
+    t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            g = p.grad.double()
+            m64 = b1 * m.double() + (1 - b1) * g
+            v64 = b2 * v.double() + (1 - b2) * g * g
+            m.copy_(m64); v.copy_(v64)
+            upd = lr * (m.double() / (1 - b1 ** t)) / ((v.double() / (1 - b2 ** t)).sqrt() + eps)
+            p.copy_(p.double() - upd)
+
+
+A('adam', 'R', 'plain loop, library formula order')((adam_init_r, adam_step_r))
+A('adam', 'R', 'paper efficient form: step size folded, eps*sqrt(bc2), lerp_')((adam_init_r, adam_step_paper))
+A('adam', 'R', 'float64 moment arithmetic, copy back')((adam_init_zeros, adam_step_f64))
+
+
+def adam_step_foreach(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas
+    state['t'] += 1
+    t = state['t']
+    idx = [i for i, p in enumerate(parameters) if p.grad is not None]
+    if not idx:
+        return
+    ps = [parameters[i] for i in idx]; gs = [p.grad for p in ps]
+    ms = [state['m'][i] for i in idx]; vs = [state['v'][i] for i in idx]
+    with torch.no_grad():
+        torch._foreach_mul_(ms, b1); torch._foreach_add_(ms, gs, alpha=1 - b1)
+        torch._foreach_mul_(vs, b2); torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+        for p, m, v in zip(ps, ms, vs):
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+
+A('adam', 'R', 'torch._foreach ops, list(parameters) indexing')((adam_init_r, adam_step_foreach))
+
+
+def mk_adam_step(mod):
+    def step(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+        return mod(parameters, state, lr, betas, eps)
+    return step
+
+
+def w_t_per_param(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            state['t'] += 1; t = state['t']
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+
+def w_eps_inside(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / (v / (1 - b2 ** t) + eps).sqrt())
+
+
+def w_decay_on_none(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # grad None treated as zero gradient: m and v still decay and p still moves
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            m.mul_(b1).add_(g, alpha=1 - b1); v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+
+def init_shared_by_shape(parameters):
+    zeros = {}
+    ps = list(parameters)
+    ms, vs = [], []
+    for p in ps:
+        key = (tuple(p.shape), p.dtype)
+        if key not in zeros:
+            zeros[key] = (torch.zeros_like(p), torch.zeros_like(p))
+        ms.append(zeros[key][0]); vs.append(zeros[key][1])
+    return {"t": 0, "m": ms, "v": vs}
+
+
+def init_f32(parameters):
+    ps = list(parameters)
+    return {"t": 0, "m": [torch.zeros(p.shape, dtype=torch.float32) for p in ps],
+            "v": [torch.zeros(p.shape, dtype=torch.float32) for p in ps]}
+
+
+def step_f32_moments(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            g = p.grad.float()
+            m.mul_(b1).add_(g, alpha=1 - b1); v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.sub_((lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)).to(p.dtype))
+
+
+def w_squares_of_sum(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # v from the bias-corrected m: v = b2 v + (1-b2) m^2
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(m, m, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+
+def w_corr_t_plus1(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # bias correction with t + 1 (t incremented after the update)
+    b1, b2 = betas
+    t = state['t'] + 1
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** (t + 1))) / ((v / (1 - b2 ** (t + 1))).sqrt() + eps))
+    state['t'] = t
+
+
+ADAM_G = {}
+
+
+def step_global_moments(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # moments kept in a module dict keyed by id(p); the state only counts t
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is None:
+                continue
+            m, v = ADAM_G.setdefault(id(p), (torch.zeros_like(p), torch.zeros_like(p)))
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+
+def w_sqrt_g_abs(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # v tracks |g| instead of g^2 (then sqrt): "v is the RMS"
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).add_(p.grad.abs() ** 2 * (1 - b2))
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+
+A('adam', 'W', 't counted per parameter')((adam_init_r, w_t_per_param))
+A('adam', 'W', 'eps inside the sqrt')((adam_init_r, w_eps_inside))
+A('adam', 'W', 'grad None treated as zero gradient')((adam_init_r, w_decay_on_none))
+A('adam', 'W', 'init shares m/v between params of one shape')((init_shared_by_shape, adam_step_r))
+A('adam', 'W', 'moments in float32 whatever p dtype')((init_f32, step_f32_moments))
+A('adam', 'W', 'v from m^2')((adam_init_r, w_squares_of_sum))
+A('adam', 'W', 'bias correction uses t+1')((adam_init_r, w_corr_t_plus1))
+A('adam', 'W', 'moments in a module dict keyed by id')((adam_init_r, step_global_moments))
+A('adam', 'R', 'v from |g|**2 (same as g*g)')((adam_init_r, w_sqrt_g_abs))
+
+
+# ================================================================ 09 sgd_step
+@A('sgd_step', 'R', 'p.add_(grad, alpha=-lr)')
+def r(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-lr)
+
+
+@A('sgd_step', 'R', 'p.copy_(p - lr*grad)')
+def r(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.copy_(p - lr * p.grad)
+
+
+@A('sgd_step', 'R', 'p -= lr * grad via torch.no_grad decorator, generator filter')
+@torch.no_grad()
+def r(parameters, lr):
+    for p in (q for q in parameters if q.grad is not None):
+        p -= lr * p.grad
+
+
+@A('sgd_step', 'R', 'foreach_add_ with alpha')
+def r(parameters, lr):
+    ps = [p for p in parameters if p.grad is not None]
+    if ps:
+        with torch.no_grad():
+            torch._foreach_add_(ps, [p.grad for p in ps], alpha=-lr)
+
+
+@A('sgd_step', 'W', 'nan_to_num on the gradient')
+def w(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.sub_(lr * torch.nan_to_num(p.grad))
+
+
+@A('sgd_step', 'W', 'lr clamped to 1')
+def w(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.sub_(min(lr, 1.0) * p.grad)
+
+
+@A('sgd_step', 'W', 'lr as float32 tensor (float64 params lose precision)')
+def w(parameters, lr):
+    lr_t = torch.tensor(lr)
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.sub_(lr_t * p.grad)
+
+
+@A('sgd_step', 'W', 'scales the gradient in place (p.grad.mul_(lr))')
+def w(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.sub_(p.grad.mul_(lr))
+
+
+@A('sgd_step', 'W', 'p.data = p - lr*g (new memory)')
+def w(parameters, lr):
+    for p in parameters:
+        if p.grad is not None:
+            p.data = p.data - lr * p.grad
+
+
+@A('sgd_step', 'W', 'stops at the first parameter without grad')
+def w(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is None:
+                break
+            p.sub_(lr * p.grad)
+
+
+@A('sgd_step', 'W', 'update computed in float16 for speed')
+def w(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.sub_((lr * p.grad.half()).to(p.dtype))
+
+
+@A('sgd_step', 'W', 'grad None -> crash-free but zeros the param')
+def w(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            g = p.grad if p.grad is not None else p
+            p.sub_(lr * g) if p.grad is not None else p.mul_(1.0 - 1e-3)
+
+
+# ================================================================ 09 adamw_step
+@A('adamw_step', 'R', 'decay then library adam_step')
+def r(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.mul_(1 - lr * weight_decay)
+    ad.adam_step(parameters, state, lr, betas, eps)
+
+
+@A('adamw_step', 'R', 'decay as p -= lr*wd*p, then my paper-form adam')
+def r(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.sub_(lr * weight_decay * p)
+    adam_step_paper(parameters, state, lr, betas, eps)
+
+
+@A('adamw_step', 'R', 'one loop: decay and Adam per parameter, t once')
+def r(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            p.mul_(1 - lr * weight_decay)
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+
+@A('adamw_step', 'W', 'Adam + L2 (grad += wd * p)')
+def w(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.add_(p, alpha=weight_decay)
+    ad.adam_step(parameters, state, lr, betas, eps)
+
+
+@A('adamw_step', 'W', 'decay after the update')
+def w(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ad.adam_step(parameters, state, lr, betas, eps)
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.mul_(1 - lr * weight_decay)
+
+
+@A('adamw_step', 'W', 'decay not scaled by lr')
+def w(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.mul_(1 - weight_decay)
+    ad.adam_step(parameters, state, lr, betas, eps)
+
+
+@A('adamw_step', 'W', 'decays parameters without a gradient')
+def w(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            p.mul_(1 - lr * weight_decay)
+    ad.adam_step(parameters, state, lr, betas, eps)
+
+
+@A('adamw_step', 'W', 'default weight_decay 0.01 ignored -> 1e-4 hard-coded')
+def w(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.mul_(1 - lr * 1e-4)
+    ad.adam_step(parameters, state, lr, betas, eps)
+
+
+@A('adamw_step', 'W', 'decay multiplies by exp(-lr*wd) (close but not equal)')
+def w(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.mul_(math.exp(-lr * weight_decay))
+    ad.adam_step(parameters, state, lr, betas, eps)
+
+
+@A('adamw_step', 'W', 'my adam with t per parameter')
+def w(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.mul_(1 - lr * weight_decay)
+    w_t_per_param(parameters, state, lr, betas, eps)
+
+
+# ================================================================ 09 clip_grad_norm
+@A('clip_grad_norm', 'R', 'float64 sum of squares, cast to grad dtype')
+def r(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in gs))
+    scale = min(1.0, max_norm / (total.item() + 1e-6))
+    for g in gs:
+        g.mul_(scale)
+    return total.to(gs[0].dtype)
+
+
+@A('clip_grad_norm', 'R', 'cat of flattened float32 grads, torch.where')
+def r(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    wide = torch.float64 if any(g.dtype == torch.float64 for g in gs) else torch.float32
+    flat = torch.cat([g.reshape(-1).to(wide) for g in gs])
+    total = flat.pow(2).sum().sqrt()
+    scale = torch.where(total > max_norm, max_norm / (total + 1e-6), torch.ones_like(total))
+    for g in gs:
+        g.mul_(scale.to(g.dtype))
+    return total.to(gs[0].dtype)
+
+
+@A('clip_grad_norm', 'R', 'norm of norms, float32 norm returned')
+def r(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    norms = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in gs])
+    total = torch.linalg.vector_norm(norms)
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in gs:
+        g.mul_(scale)
+    return total.to(gs[0].dtype)
+
+
+def clip_right(parameters, max_norm):
+    return ad.clip_grad_norm(parameters, max_norm)
+
+
+@A('clip_grad_norm', 'W', 'no 1e-6')
+def w(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in gs))
+    scale = min(1.0, max_norm / total.item())
+    for g in gs:
+        g.mul_(scale)
+    return total.to(gs[0].dtype)
+
+
+@A('clip_grad_norm', 'W', 'scales up too (no min with 1)')
+def w(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in gs))
+    for g in gs:
+        g.mul_(max_norm / (total.item() + 1e-6))
+    return total.to(gs[0].dtype)
+
+
+@A('clip_grad_norm', 'W', 'per-parameter clipping')
+def w(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    norms = []
+    for g in gs:
+        n = g.double().norm()
+        norms.append(n)
+        g.mul_(min(1.0, max_norm / (n.item() + 1e-6)))
+    return torch.stack(norms).norm().to(gs[0].dtype)
+
+
+@A('clip_grad_norm', 'W', 'returns the norm after clipping')
+def w(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in gs))
+    for g in gs:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return torch.sqrt(sum((g.double() ** 2).sum() for g in gs)).to(gs[0].dtype)
+
+
+@A('clip_grad_norm', 'W', 'sums squares in the grad dtype (float16 overflow)')
+def w(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((g * g).sum() for g in gs))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in gs:
+        g.mul_(scale)
+    return total
+
+
+@A('clip_grad_norm', 'W', 'list(parameters) on a single tensor (iterates rows)')
+def w(parameters, max_norm):
+    ps = list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in gs))
+    for g in gs:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return total.to(gs[0].dtype)
+
+
+@A('clip_grad_norm', 'W', 'not in place: p.grad = p.grad * scale')
+def w(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in gs))
+    for p in gs:
+        p.grad = p.grad * min(1.0, max_norm / (total.item() + 1e-6))
+    return total.to(gs[0].grad.dtype)
+
+
+@A('clip_grad_norm', 'W', 'max norm compared, then scale = max_norm/total (no eps) only if above')
+def w(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in gs))
+    if total > max_norm:
+        for g in gs:
+            g.mul_(max_norm / total.item())
+    return total.to(gs[0].dtype)
+
+
+@A('clip_grad_norm', 'W', 'no-gradient case returns python 0.0')
+def w(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    if all(p.grad is None for p in ps):
+        return 0.0
+    return clip_right_manual(ps, max_norm)
+
+
+def clip_right_manual(ps, max_norm):
+    gs = [p.grad for p in ps if p.grad is not None]
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in gs))
+    for g in gs:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return total.to(gs[0].dtype)
+
+
+generics('clip_grad_norm', lambda ps, mx: clip_right_manual([ps] if isinstance(ps, torch.Tensor) else list(ps), mx) if any(p.grad is not None for p in ([ps] if isinstance(ps, torch.Tensor) else list(ps))) else torch.tensor(0.0), ['buffer', 'f64'])
+
+
+# ================================================================ 09 warmup_inverse_sqrt_lr
+@A('warmup_inverse_sqrt_lr', 'R', 'division form')
+def r(step, d_model, warmup_steps, factor=1.0):
+    if step == 0:
+        return 0.0
+    return factor / math.sqrt(d_model) * min(1 / math.sqrt(step), step / warmup_steps ** 1.5)
+
+
+@A('warmup_inverse_sqrt_lr', 'R', 'piecewise if/else')
+def r(step, d_model, warmup_steps, factor=1.0):
+    if step == 0:
+        return 0.0
+    base = factor * d_model ** -0.5
+    if step < warmup_steps:
+        return base * step * warmup_steps ** -1.5
+    return base * step ** -0.5
+
+
+@A('warmup_inverse_sqrt_lr', 'R', 'torch float64 scalar, returned as float')
+def r(step, d_model, warmup_steps, factor=1.0):
+    s = torch.tensor(float(step), dtype=torch.float64)
+    if step == 0:
+        return 0.0
+    v = factor * torch.rsqrt(torch.tensor(float(d_model), dtype=torch.float64)) * torch.minimum(torch.rsqrt(s), s * torch.tensor(float(warmup_steps), dtype=torch.float64) ** -1.5)
+    return float(v)
+
+
+@A('warmup_inverse_sqrt_lr', 'W', 'crash at step 0')
+def w(step, d_model, warmup_steps, factor=1.0):
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+@A('warmup_inverse_sqrt_lr', 'W', 'steps from 0 (step + 1)')
+def w(step, d_model, warmup_steps, factor=1.0):
+    s = step + 1
+    return factor * d_model ** -0.5 * min(s ** -0.5, s * warmup_steps ** -1.5)
+
+
+@A('warmup_inverse_sqrt_lr', 'W', 'warmup ** -0.5')
+def w(step, d_model, warmup_steps, factor=1.0):
+    if step == 0:
+        return 0.0
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
+
+
+@A('warmup_inverse_sqrt_lr', 'W', 'factor ignored')
+def w(step, d_model, warmup_steps, factor=1.0):
+    if step == 0:
+        return 0.0
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+@A('warmup_inverse_sqrt_lr', 'W', 'max instead of min')
+def w(step, d_model, warmup_steps, factor=1.0):
+    if step == 0:
+        return 0.0
+    return factor * d_model ** -0.5 * max(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+@A('warmup_inverse_sqrt_lr', 'W', 'step 0 returns the step-1 value')
+def w(step, d_model, warmup_steps, factor=1.0):
+    s = max(step, 1)
+    return factor * d_model ** -0.5 * min(s ** -0.5, s * warmup_steps ** -1.5)
+
+
+@A('warmup_inverse_sqrt_lr', 'W', 'float32 arithmetic')
+def w(step, d_model, warmup_steps, factor=1.0):
+    if step == 0:
+        return 0.0
+    t = lambda v: torch.tensor(float(v), dtype=torch.float32)
+    return float(t(factor) * t(d_model) ** -0.5 * torch.minimum(t(step) ** -0.5, t(step) * t(warmup_steps) ** -1.5))
+
+
+# ================================================================ 09 warmup_cosine_lr
+@A('warmup_cosine_lr', 'R', 'final + (peak-final) * (1+cos)/2, explicit end')
+def r(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    if step >= total_steps:
+        return final_fraction * peak_lr
+    x = (step - warmup_steps) / (total_steps - warmup_steps)
+    lo = final_fraction * peak_lr
+    return lo + (peak_lr - lo) * (1 + math.cos(math.pi * x)) / 2
+
+
+@A('warmup_cosine_lr', 'R', 'cos^2 half-angle form')
+def r(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return step / warmup_steps * peak_lr
+    x = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * math.cos(math.pi * x / 2) ** 2)
+
+
+@A('warmup_cosine_lr', 'R', 'table of the whole schedule, indexed')
+def r(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    def lr_at(s):
+        if s <= warmup_steps:
+            return peak_lr * s / warmup_steps
+        x = min(1.0, (s - warmup_steps) / max(1, total_steps - warmup_steps))
+        return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * x)))
+    table = [lr_at(s) for s in range(total_steps + 1)]
+    return table[step] if step <= total_steps else table[-1]
+
+
+@A('warmup_cosine_lr', 'W', 'no guard when warmup == total')
+def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    x = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * x)))
+
+
+@A('warmup_cosine_lr', 'W', 'no clamp after total_steps')
+def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    x = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * x)))
+
+
+@A('warmup_cosine_lr', 'W', 'decays to 0 (final_fraction ignored)')
+def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    x = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * 0.5 * (1 + math.cos(math.pi * x))
+
+
+@A('warmup_cosine_lr', 'W', 'strict < warmup: warm-up then cosine with 0-based progress')
+def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step < warmup_steps:
+        return peak_lr * step / warmup_steps
+    x = min(1.0, (step - warmup_steps + 1) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * x)))
+
+
+@A('warmup_cosine_lr', 'W', 'warm-up from (step+1)/warmup')
+def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return peak_lr * min(1.0, (step + 1) / warmup_steps)
+    x = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * x)))
+
+
+@A('warmup_cosine_lr', 'W', 'progress over total_steps, not total - warmup')
+def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    x = min(1.0, step / total_steps)
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * x)))
+
+
+@A('warmup_cosine_lr', 'W', 'final value final_fraction (not times peak)')
+def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    x = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return final_fraction + (peak_lr - final_fraction) * 0.5 * (1 + math.cos(math.pi * x))

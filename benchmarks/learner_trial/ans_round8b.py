@@ -1091,3 +1091,653 @@ def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
         return peak_lr * step / warmup_steps
     x = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return final_fraction + (peak_lr - final_fraction) * 0.5 * (1 + math.cos(math.pi * x))
+
+
+# ================================================================ 10 shift_right
+@A('shift_right', 'R', 'clones of the two slices')
+def r(tgt):
+    return tgt[:, :-1].clone(), tgt[:, 1:].clone()
+
+
+@A('shift_right', 'R', 'narrow')
+def r(tgt):
+    n = tgt.size(1) - 1
+    return tgt.narrow(1, 0, n), tgt.narrow(1, 1, n)
+
+
+@A('shift_right', 'R', 'index_select with aranges')
+def r(tgt):
+    idx = torch.arange(tgt.size(1) - 1, device=tgt.device)
+    return tgt.index_select(1, idx), tgt.index_select(1, idx + 1)
+
+
+@A('shift_right', 'R', 'plain Python lists, back to a long tensor')
+def r(tgt):
+    rows = tgt.tolist()
+    return (torch.tensor([row[:-1] for row in rows], dtype=tgt.dtype).reshape(tgt.size(0), -1),
+            torch.tensor([row[1:] for row in rows], dtype=tgt.dtype).reshape(tgt.size(0), -1))
+
+
+@A('shift_right', 'W', 'input and labels swapped')
+def w(tgt):
+    return tgt[:, 1:], tgt[:, :-1]
+
+
+@A('shift_right', 'W', 'batch axis sliced')
+def w(tgt):
+    return tgt[:-1], tgt[1:]
+
+
+@A('shift_right', 'W', 'roll: keeps length Lt')
+def w(tgt):
+    return tgt, torch.roll(tgt, -1, dims=1)
+
+
+@A('shift_right', 'W', 'labels pad -> -100 in place on the view')
+def w(tgt):
+    labels = tgt[:, 1:]
+    labels[labels == 0] = -100
+    return tgt[:, :-1], labels
+
+
+@A('shift_right', 'W', 'decoder input: <eos> replaced by <pad>')
+def w(tgt):
+    from tfmlib.training import EOS_ID, PAD_ID
+    inp = tgt[:, :-1].clone()
+    inp[inp == EOS_ID] = PAD_ID
+    return inp, tgt[:, 1:]
+
+
+@A('shift_right', 'W', 'float labels')
+def w(tgt):
+    return tgt[:, :-1], tgt[:, 1:].float()
+
+
+@A('shift_right', 'W', 'prepends <bos> instead of dropping the last')
+def w(tgt):
+    from tfmlib.training import BOS_ID
+    bos = torch.full_like(tgt[:, :1], BOS_ID)
+    return torch.cat([bos, tgt[:, 1:-1]], 1), tgt[:, 1:]
+
+
+@A('shift_right', 'W', 'labels drop the first two columns (off by one)')
+def w(tgt):
+    return tgt[:, :-1], torch.cat([tgt[:, 2:], tgt[:, -1:]], 1)
+
+
+generics('shift_right', lambda t: (t[:, :-1], t[:, 1:]), ['idcache', 'shapecache', 'counter'])
+
+
+# ================================================================ 10 forward
+@A('forward', 'R', 'encode_source then decode_target')
+def r(params, src, tgt_in, config, training=False):
+    memory, src_mask = tr.encode_source(params, src, config, training)
+    return tr.decode_target(params, tgt_in, memory, src_mask, config, training)
+
+
+@A('forward', 'R', 'keywords, tuple unpack')
+def r(params, src, tgt_in, config, training=False):
+    enc = tr.encode_source(params=params, src=src, config=config, training=bool(training))
+    return tr.decode_target(params=params, tgt_in=tgt_in, memory=enc[0], src_mask=enc[1],
+                            config=config, training=bool(training))
+
+
+@A('forward', 'R', 'rebuilt from embed_with_positions, encoder, decoder, linear')
+def r(params, src, tgt_in, config, training=False):
+    from tfmlib import padding_mask, target_mask
+    opts = dict(norm_first=config.norm_first, dropout_p=config.dropout_p, training=training)
+    x = tr.embed_with_positions(params, src, config)
+    src_mask = padding_mask(src, tr.PAD_ID)
+    memory = ed.encoder(x, tr.attention_layers(params, 'encoder', config), config.num_heads, src_mask,
+                        final_norm=params['encoder_norm'], **opts)
+    y = tr.embed_with_positions(params, tgt_in, config)
+    h = ed.decoder(y, memory, tr.attention_layers(params, 'decoder', config), config.num_heads,
+                   self_mask=target_mask(tgt_in, tr.PAD_ID), memory_mask=src_mask,
+                   final_norm=params['decoder_norm'], **opts)
+    return linear(h, params['embedding'], params['out_bias'])
+
+
+def fwd_right(params, src, tgt_in, config, training=False):
+    memory, src_mask = tr.encode_source(params, src, config, training)
+    return tr.decode_target(params, tgt_in, memory, src_mask, config, training)
+
+
+@A('forward', 'W', 'training never passed (dropout always off)')
+def w(params, src, tgt_in, config, training=False):
+    memory, src_mask = tr.encode_source(params, src, config)
+    return tr.decode_target(params, tgt_in, memory, src_mask, config)
+
+
+@A('forward', 'W', 'training only for the decoder')
+def w(params, src, tgt_in, config, training=False):
+    memory, src_mask = tr.encode_source(params, src, config, False)
+    return tr.decode_target(params, tgt_in, memory, src_mask, config, training)
+
+
+@A('forward', 'W', 'memory detached')
+def w(params, src, tgt_in, config, training=False):
+    memory, src_mask = tr.encode_source(params, src, config, training)
+    return tr.decode_target(params, tgt_in, memory.detach(), src_mask, config, training)
+
+
+@A('forward', 'W', 'src_mask of all True (padding not hidden)')
+def w(params, src, tgt_in, config, training=False):
+    memory, src_mask = tr.encode_source(params, src, config, training)
+    return tr.decode_target(params, tgt_in, memory, torch.ones_like(src_mask), config, training)
+
+
+@A('forward', 'W', 'encodes twice (debug print), uses the second memory')
+def w(params, src, tgt_in, config, training=False):
+    tr.encode_source(params, src, config, training)
+    memory, src_mask = tr.encode_source(params, src, config, training)
+    return tr.decode_target(params, tgt_in, memory, src_mask, config, training)
+
+
+@A('forward', 'W', 'under torch.no_grad')
+def w(params, src, tgt_in, config, training=False):
+    with torch.no_grad():
+        return fwd_right(params, src, tgt_in, config, training)
+
+
+@A('forward', 'W', 'tgt_in shifted again inside')
+def w(params, src, tgt_in, config, training=False):
+    memory, src_mask = tr.encode_source(params, src, config, training)
+    out = tr.decode_target(params, tgt_in[:, :-1], memory, src_mask, config, training)
+    return torch.cat([out, out[:, -1:]], 1)
+
+
+@A('forward', 'W', 'seeds its own dropout (torch.manual_seed(0))')
+def w(params, src, tgt_in, config, training=False):
+    torch.manual_seed(0)
+    return fwd_right(params, src, tgt_in, config, training)
+
+
+generics('forward', fwd_right, ['f64', 'idcache', 'counter'])
+
+
+# ================================================================ 10 label_smoothed_cross_entropy
+@A('label_smoothed_cross_entropy', 'R', 'logsumexp by hand, gather')
+def r(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    lp = logits - torch.logsumexp(logits, -1, keepdim=True)
+    keep = labels != ignore_index
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    nll = -lp.gather(-1, safe[..., None])[..., 0]
+    smooth = -lp.sum(-1) / V
+    loss = ((1 - smoothing) * nll + smoothing * smooth) * keep
+    return loss.sum() / keep.sum()
+
+
+@A('label_smoothed_cross_entropy', 'R', 'explicit smoothed target distribution')
+def r(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    lp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    lab = labels.reshape(-1)
+    keep = lab != ignore_index
+    lp, lab = lp[keep], lab[keep]
+    q = torch.full_like(lp, smoothing / V)
+    q[torch.arange(lab.numel()), lab] += 1 - smoothing
+    return -(q * lp).sum() / keep.sum()
+
+
+@A('label_smoothed_cross_entropy', 'R', 'float64 inside, cast back')
+def r(logits, labels, smoothing, ignore_index=-100):
+    x = logits.double()
+    lp = x.log_softmax(-1)
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return (per.masked_fill(~keep, 0).sum() / keep.sum()).to(logits.dtype)
+
+
+@A('label_smoothed_cross_entropy', 'R', 'one_hot einsum, mean of masked')
+def r(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    lp = torch.log_softmax(logits, -1)
+    keep = labels != ignore_index
+    oh = F.one_hot(labels.clamp(min=0) * keep, V).to(lp.dtype)
+    target = oh * (1 - smoothing) + smoothing / V
+    per = -torch.einsum('...v,...v->...', target, lp)
+    return per[keep].mean() if keep.any() else per.sum() * float('nan')
+
+
+@A('label_smoothed_cross_entropy', 'W', 'smoothing / (V - 1) on the other classes')
+def w(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    lp = logits.log_softmax(-1)
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    tgt = -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    others = (-lp.sum(-1) - tgt) / (V - 1)
+    per = (1 - smoothing) * tgt + smoothing * others
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+@A('label_smoothed_cross_entropy', 'W', 'mean over every position, ignored ones as 0')
+def w(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1)
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return per.masked_fill(~keep, 0).mean()
+
+
+@A('label_smoothed_cross_entropy', 'W', 'log(softmax()) naive')
+def w(logits, labels, smoothing, ignore_index=-100):
+    lp = torch.log(torch.softmax(logits, -1))
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+@A('label_smoothed_cross_entropy', 'W', 'all-ignored batch returns 0 (clamp count)')
+def w(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1)
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return per.masked_fill(~keep, 0).sum() / keep.sum().clamp(min=1)
+
+
+@A('label_smoothed_cross_entropy', 'W', 'calls F.cross_entropy')
+def w(logits, labels, smoothing, ignore_index=-100):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                           label_smoothing=smoothing, ignore_index=ignore_index)
+
+
+@A('label_smoothed_cross_entropy', 'W', 'pad id 0 hard-coded as ignored')
+def w(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1)
+    keep = (labels != ignore_index) & (labels != 0)
+    safe = labels.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+@A('label_smoothed_cross_entropy', 'W', 'ignored positions: nan * 0 (masked by multiply)')
+def w(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1)
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return (per * keep).sum() / keep.sum()
+
+
+@A('label_smoothed_cross_entropy', 'W', 'mean per row, then mean of rows')
+def w(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1)
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    if per.dim() < 2:
+        return per.masked_fill(~keep, 0).sum() / keep.sum()
+    rows = per.masked_fill(~keep, 0).sum(-1) / keep.sum(-1).clamp(min=1)
+    return rows.mean()
+
+
+@A('label_smoothed_cross_entropy', 'W', 'smoothing spread with logits.mean (not log-probs)')
+def w(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1)
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * logits.mean(-1)
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+# ================================================================ b1 decoder_block
+def blk_right(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    n1, n2 = block['norm1'], block['norm2']
+    h = layer_norm(x, n1['gamma'], n1['beta'])
+    x = x + mha(h, h, block['attention'], num_heads, mask)
+    return x + feed_forward(layer_norm(x, n2['gamma'], n2['beta']), block['ffn'])
+
+
+@A('decoder_block', 'R', 'einsum attention, own LN, arange causal mask')
+def r(x, block, num_heads, mask=None):
+    L = x.size(1)
+    if mask is None:
+        i = torch.arange(L, device=x.device)
+        mask = (i[None, :] <= i[:, None])[None, None]
+    n1, n2 = block['norm1'], block['norm2']
+    h = ln_hand(x, n1['gamma'], n1['beta'])
+    x = x + mha_einsum(h, h, block['attention'], num_heads, mask)
+    return x + ffn_hand(ln_hand(x, n2['gamma'], n2['beta']), block['ffn'])
+
+
+@A('decoder_block', 'R', 'float32 inside for half, float64 kept')
+def r(x, block, num_heads, mask=None):
+    d = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    n1, n2 = block['norm1'], block['norm2']
+    c = lambda t: t.to(d)
+    h = c(x)
+    a = ln_hand(h, c(n1['gamma']), c(n1['beta']))
+    h = h + mha_einsum(a, a, block['attention'], num_heads, mask, up=d)
+    h = h + ffn_hand(ln_hand(h, c(n2['gamma']), c(n2['beta'])), block['ffn'], up=d)
+    return h.to(x.dtype)
+
+
+@A('decoder_block', 'R', 'residual_sublayer with norm_first=True')
+def r(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    x = residual_sublayer(x, lambda h: mha(h, h, block['attention'], num_heads, mask), block['norm1'], norm_first=True)
+    return residual_sublayer(x, lambda h: feed_forward(h, block['ffn']), block['norm2'], norm_first=True)
+
+
+@A('decoder_block', 'R', 'library encoder_layer(norm_first=True) with a causal mask')
+def r(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    p = {'self_attn': block['attention'], 'ffn': block['ffn'], 'norm1': block['norm1'], 'norm2': block['norm2']}
+    return ed.encoder_layer(x, p, num_heads, mask, norm_first=True)
+
+
+@A('decoder_block', 'W', 'Post-LN')
+def w(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    n1, n2 = block['norm1'], block['norm2']
+    x = layer_norm(x + mha(x, x, block['attention'], num_heads, mask), n1['gamma'], n1['beta'])
+    return layer_norm(x + feed_forward(x, block['ffn']), n2['gamma'], n2['beta'])
+
+
+@A('decoder_block', 'W', 'mask None -> no mask at all')
+def w(x, block, num_heads, mask=None):
+    n1, n2 = block['norm1'], block['norm2']
+    h = layer_norm(x, n1['gamma'], n1['beta'])
+    x = x + mha(h, h, block['attention'], num_heads, mask)
+    return x + feed_forward(layer_norm(x, n2['gamma'], n2['beta']), block['ffn'])
+
+
+@A('decoder_block', 'W', 'passed mask combined with causal')
+def w(x, block, num_heads, mask=None):
+    c = causal_mask(x.size(1), device=x.device)
+    return blk_right(x, block, num_heads, c if mask is None else (mask & c))
+
+
+@A('decoder_block', 'W', 'triu causal (future instead of past)')
+def w(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool).triu()[None, None]
+    return blk_right(x, block, num_heads, mask)
+
+
+@A('decoder_block', 'W', 'causal mask strictly below the diagonal (tril(-1))')
+def w(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril(-1)[None, None]
+    return blk_right(x, block, num_heads, mask)
+
+
+@A('decoder_block', 'W', 'FFN reads the un-normed x')
+def w(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    n1 = block['norm1']
+    h = layer_norm(x, n1['gamma'], n1['beta'])
+    x = x + mha(h, h, block['attention'], num_heads, mask)
+    return x + feed_forward(x, block['ffn'])
+
+
+@A('decoder_block', 'W', 'residual from the normed h')
+def w(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    n1, n2 = block['norm1'], block['norm2']
+    h = layer_norm(x, n1['gamma'], n1['beta'])
+    x = h + mha(h, h, block['attention'], num_heads, mask)
+    return x + feed_forward(layer_norm(x, n2['gamma'], n2['beta']), block['ffn'])
+
+
+@A('decoder_block', 'W', 'causal mask cached by L in a module dict, built once from x.size(0)')
+def w(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(max(x.size(0), 1), device=x.device) if x.size(0) == x.size(1) else causal_mask(x.size(1), device=x.device)
+        mask = mask if mask.size(-1) == x.size(1) else causal_mask(x.size(1))
+    return blk_right(x, block, num_heads, mask)
+
+
+@A('decoder_block', 'W', 'calls the library decoder_block')
+def w(x, block, num_heads, mask=None):
+    return lmm.decoder_block(x, block, num_heads, mask)
+
+
+generics('decoder_block', blk_right, ['f32', 'mutate', 'buffer'])
+
+
+# ================================================================ b1 lm_forward
+def lmf_right(params, ids, config):
+    L = ids.size(1)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][:L]
+    for b in params['blocks']:
+        x = blk_right(x, b, config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding'])
+
+
+@A('lm_forward', 'R', 'one_hot @ table, einsum tied output')
+def r(params, ids, config):
+    T = params['token_embedding']
+    V, D = T.shape
+    L = ids.size(1)
+    x = F.one_hot(ids, V).to(T.dtype) @ T * math.sqrt(D) + params['position_embedding'][:L]
+    for b in params['blocks']:
+        x = blk_right(x, b, config.num_heads)
+    h = ln_hand(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return torch.einsum('bld,vd->blv', h, T)
+
+
+@A('lm_forward', 'R', 'library decoder_block, index_select positions')
+def r(params, ids, config):
+    pos = params['position_embedding'].index_select(0, torch.arange(ids.size(1), device=ids.device))
+    x = embed(ids, params['token_embedding']) + pos
+    for b in params['blocks']:
+        x = lmm.decoder_block(x, b, config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return h @ params['token_embedding'].T
+
+
+@A('lm_forward', 'R', 'float32-inside blocks for half, reduce')
+def r(params, ids, config):
+    def blk(x, block):
+        return decoder_block_f32(x, block, config.num_heads)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][:ids.size(1)]
+    x = functools.reduce(blk, params['blocks'], x)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding'])
+
+
+def decoder_block_f32(x, block, num_heads, mask=None):
+    d = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    n1, n2 = block['norm1'], block['norm2']
+    c = lambda t: t.to(d)
+    h = c(x)
+    a = ln_hand(h, c(n1['gamma']), c(n1['beta']))
+    h = h + mha_einsum(a, a, block['attention'], num_heads, mask, up=d)
+    h = h + ffn_hand(ln_hand(h, c(n2['gamma']), c(n2['beta'])), block['ffn'], up=d)
+    return h.to(x.dtype)
+
+
+@A('lm_forward', 'W', 'embedding not scaled')
+def w(params, ids, config):
+    x = params['token_embedding'][ids] + params['position_embedding'][:ids.size(1)]
+    for b in params['blocks']:
+        x = blk_right(x, b, config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding'])
+
+
+@A('lm_forward', 'W', 'scaled by sqrt(V) (table.size(0))')
+def w(params, ids, config):
+    T = params['token_embedding']
+    x = T[ids] * math.sqrt(T.size(0)) + params['position_embedding'][:ids.size(1)]
+    for b in params['blocks']:
+        x = blk_right(x, b, config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, T)
+
+
+@A('lm_forward', 'W', 'positions off by one [1:L+1] when room')
+def w(params, ids, config):
+    L = ids.size(1)
+    P = params['position_embedding']
+    pos = P[1:L + 1] if L < P.size(0) else P[:L]
+    x = embed(ids, params['token_embedding']) + pos
+    for b in params['blocks']:
+        x = blk_right(x, b, config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding'])
+
+
+@A('lm_forward', 'W', 'no final LayerNorm')
+def w(params, ids, config):
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][:ids.size(1)]
+    for b in params['blocks']:
+        x = blk_right(x, b, config.num_heads)
+    return linear(x, params['token_embedding'])
+
+
+@A('lm_forward', 'W', 'only the first block, when several')
+def w(params, ids, config):
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][:ids.size(1)]
+    x = blk_right(x, params['blocks'][0], config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding'])
+
+
+@A('lm_forward', 'W', 'sinusoidal positions instead of the learned table')
+def w(params, ids, config):
+    from tfmlib import sinusoidal_positional_encoding
+    T = params['token_embedding']
+    pe = sinusoidal_positional_encoding(config.max_len, T.size(1), dtype=T.dtype)
+    x = embed(ids, T) + pe[:ids.size(1)]
+    for b in params['blocks']:
+        x = blk_right(x, b, config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, T)
+
+
+@A('lm_forward', 'W', 'num_heads hard-coded 4')
+def w(params, ids, config):
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][:ids.size(1)]
+    for b in params['blocks']:
+        x = blk_right(x, b, 4)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding'])
+
+
+@A('lm_forward', 'W', 'positions added in place to the table row view (+=)')
+def w(params, ids, config):
+    pos = params['position_embedding'][:ids.size(1)]
+    x = embed(ids, params['token_embedding'])
+    x = x + pos
+    for b in params['blocks']:
+        x = blk_right(x, b, config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'], eps=1e-6)
+    return linear(h, params['token_embedding'])
+
+
+@A('lm_forward', 'W', 'calls the library lm_forward')
+def w(params, ids, config):
+    return lmm.lm_forward(params, ids, config)
+
+
+generics('lm_forward', lmf_right, ['f32', 'shapecache', 'counter'])
+
+
+# ================================================================ b1 lm_loss
+def lml_right(params, ids, config):
+    logits = lmf_right(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+
+
+@A('lm_loss', 'R', 'library lm_forward + logsumexp - gather')
+def r(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    tgt = ids[:, 1:]
+    nll = torch.logsumexp(logits, -1) - logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    return nll.mean()
+
+
+@A('lm_loss', 'R', 'nll_loss of log_softmax, flatten')
+def r(params, ids, config):
+    logits = lmf_right(params, ids[:, :-1], config)
+    return F.nll_loss(F.log_softmax(logits, -1).flatten(0, 1), ids[:, 1:].flatten())
+
+
+@A('lm_loss', 'R', 'float64 inside, cast back')
+def r(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    lp = logits.double().log_softmax(-1)
+    return (-lp.gather(-1, ids[:, 1:, None]).mean()).to(logits.dtype)
+
+
+@A('lm_loss', 'R', 'per-row mean then mean of rows (equal lengths)')
+def r(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    lp = logits.log_softmax(-1)
+    return (-lp.gather(-1, ids[:, 1:, None]).squeeze(-1)).mean(1).mean()
+
+
+@A('lm_loss', 'W', 'no shift: predicts ids from ids')
+def w(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, :-1].reshape(-1))
+
+
+@A('lm_loss', 'W', 'forward on all ids, drop the last logit')
+def w(params, ids, config):
+    logits = lmm.lm_forward(params, ids, config)[:, :-1]
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+
+
+@A('lm_loss', 'W', 'sum instead of mean')
+def w(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), reduction='sum')
+
+
+@A('lm_loss', 'W', 'only the last position scored')
+def w(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits[:, -1], ids[:, -1])
+
+
+@A('lm_loss', 'W', 'log(softmax()) naive')
+def w(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    return -torch.log(torch.softmax(logits, -1)).gather(-1, ids[:, 1:, None]).mean()
+
+
+@A('lm_loss', 'W', 'reshape transposed: logits.transpose(1,2) as (N, V)')
+def w(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    V = logits.size(-1)
+    return F.cross_entropy(logits.transpose(1, 2).reshape(-1, V), ids[:, 1:].reshape(-1))
+
+
+@A('lm_loss', 'W', 'targets from ids[:, 1:] but inputs ids[:, 1:] too')
+def w(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, 1:], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+
+
+@A('lm_loss', 'W', 'ignore_index=0 (pads out char id 0)')
+def w(params, ids, config):
+    logits = lmm.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), ignore_index=0)
+
+
+@A('lm_loss', 'W', 'calls library lm_loss')
+def w(params, ids, config):
+    return lmm.lm_loss(params, ids, config)
+
+
+generics('lm_loss', lml_right, ['f32', 'shapecache', 'counter'])

@@ -73,7 +73,7 @@ def mha(x, kv, p, H, mask):
 
 
 # ================================================================ 08 encoder_layer
-@A('encoder_layer', 'R', 'library mha/ffn + LayerNorm float32 inside')
+@A('encoder_layer', 'W', 'library mha/ffn + LayerNorm float32 inside (also for float64: label corrected)')
 def r(x, params, num_heads, mask=None):
     n1, n2 = params['norm1'], params['norm2']
     x = ln32(x + mha(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
@@ -214,7 +214,7 @@ def enc_rec(x, layers, num_heads, mask=None):
     return enc_rec(h, layers[1:], num_heads, mask)
 
 
-A('encoder', 'R', 'recursion, float32-inside LN layer')(enc_rec)
+A('encoder', 'W', 'recursion, float32-inside LN layer (also for float64: label corrected)')(enc_rec)
 
 
 def enc_stack_right(x, layers, num_heads, mask=None):
@@ -290,7 +290,7 @@ def r(x, memory, params, num_heads, self_mask=None, memory_mask=None):
     return ln_hand(x + ffn_hand(x, params['ffn']), n3['gamma'], n3['beta'])
 
 
-@A('decoder_layer', 'R', 'float32 inside, cast back')
+@A('decoder_layer', 'W', 'float32-inside LN also for float64 (label corrected)')
 def r(x, memory, params, num_heads, self_mask=None, memory_mask=None):
     d = torch.float32 if x.dtype != torch.float64 else torch.float64
     n1, n2, n3 = params['norm1'], params['norm2'], params['norm3']
@@ -1026,7 +1026,7 @@ def r(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
     return peak_lr * (final_fraction + (1 - final_fraction) * math.cos(math.pi * x / 2) ** 2)
 
 
-@A('warmup_cosine_lr', 'R', 'table of the whole schedule, indexed')
+@A('warmup_cosine_lr', 'W', 'table of the whole schedule, table[-1] after the end (label corrected: peak when warmup == total)')
 def r(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
     def lr_at(s):
         if s <= warmup_steps:
@@ -1494,7 +1494,7 @@ def w(x, block, num_heads, mask=None):
     return x + feed_forward(layer_norm(x, n2['gamma'], n2['beta']), block['ffn'])
 
 
-@A('decoder_block', 'W', 'causal mask cached by L in a module dict, built once from x.size(0)')
+@A('decoder_block', 'R', 'causal mask built by a roundabout test (ends up causal_mask(L): label corrected)')
 def w(x, block, num_heads, mask=None):
     if mask is None:
         mask = causal_mask(max(x.size(0), 1), device=x.device) if x.size(0) == x.size(1) else causal_mask(x.size(1), device=x.device)
@@ -1741,3 +1741,682 @@ def w(params, ids, config):
 
 
 generics('lm_loss', lml_right, ['f32', 'shapecache', 'counter'])
+
+
+# ================================================================ b2 next_token_probs
+@A('next_token_probs', 'R', 'hand softmax with max subtracted')
+def r(logits, temperature=1.0):
+    z = logits / temperature
+    z = z - z.amax(-1, keepdim=True)
+    e = z.exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+@A('next_token_probs', 'R', 'exp(log_softmax)')
+def r(logits, temperature=1.0):
+    return torch.log_softmax(logits / temperature, dim=-1).exp()
+
+
+@A('next_token_probs', 'R', 'float32 inside, cast back')
+def r(logits, temperature=1.0):
+    up = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    return torch.softmax(logits.to(up) / temperature, -1).to(logits.dtype)
+
+
+@A('next_token_probs', 'R', 'multiply by 1/T, F.softmax')
+def r(logits, temperature=1.0):
+    return F.softmax(logits * (1.0 / temperature), dim=-1)
+
+
+@A('next_token_probs', 'W', 'probs divided by T after softmax')
+def w(logits, temperature=1.0):
+    return torch.softmax(logits, -1) / temperature
+
+
+@A('next_token_probs', 'W', 'multiplied by T')
+def w(logits, temperature=1.0):
+    return torch.softmax(logits * temperature, -1)
+
+
+@A('next_token_probs', 'W', 'softmax over dim 0')
+def w(logits, temperature=1.0):
+    return torch.softmax(logits / temperature, 0)
+
+
+@A('next_token_probs', 'W', 'softmax(logits)**(1/T) renormalised (underflows)')
+def w(logits, temperature=1.0):
+    p = torch.softmax(logits, -1) ** (1 / temperature)
+    return p / p.sum(-1, keepdim=True)
+
+
+@A('next_token_probs', 'W', 'T clamped to >= 0.05')
+def w(logits, temperature=1.0):
+    return torch.softmax(logits / max(temperature, 0.05), -1)
+
+
+@A('next_token_probs', 'W', 'hand softmax without max (overflow)')
+def w(logits, temperature=1.0):
+    e = (logits / temperature).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+@A('next_token_probs', 'W', 'divides logits in place')
+def w(logits, temperature=1.0):
+    return torch.softmax(logits.div_(temperature) if not logits.requires_grad else logits / temperature, -1)
+
+
+@A('next_token_probs', 'W', 'softmax in float16 for speed')
+def w(logits, temperature=1.0):
+    return torch.softmax((logits / temperature).half(), -1).to(logits.dtype) if logits.dtype == torch.float32 else torch.softmax(logits / temperature, -1)
+
+
+@A('next_token_probs', 'W', 'T == 1 fast path returns the logits')
+def w(logits, temperature=1.0):
+    if temperature == 1.0:
+        return logits.softmax(-1) if logits.dim() > 1 else logits
+    return torch.softmax(logits / temperature, -1)
+
+
+# ================================================================ b2 top_k_filter
+@A('top_k_filter', 'R', 'sort, threshold, torch.where')
+def r(logits, k):
+    k = min(k, logits.size(-1))
+    thr = logits.sort(-1, descending=True).values[..., k - 1:k]
+    return torch.where(logits >= thr, logits, torch.full_like(logits, float('-inf')))
+
+
+@A('top_k_filter', 'R', 'kthvalue of the negated logits')
+def r(logits, k):
+    V = logits.size(-1)
+    k = min(k, V)
+    thr = -(-logits).kthvalue(k, dim=-1, keepdim=True).values
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+
+@A('top_k_filter', 'R', 'python loop over rows')
+def r(logits, k):
+    flat = logits.reshape(-1, logits.size(-1))
+    out = flat.clone()
+    for i in range(flat.size(0)):
+        vals = sorted(flat[i].tolist(), reverse=True)
+        thr = vals[min(k, len(vals)) - 1]
+        out[i][flat[i] < thr] = float('-inf')
+    return out.reshape(logits.shape)
+
+
+@A('top_k_filter', 'R', 'ascending sort, V-k index, float32 compare')
+def r(logits, k):
+    V = logits.size(-1)
+    thr = logits.sort(-1).values[..., max(V - k, 0):max(V - k, 0) + 1]
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+
+@A('top_k_filter', 'W', 'scatter topk indices (ties dropped)')
+def w(logits, k):
+    k = min(k, logits.size(-1))
+    idx = logits.topk(k, -1).indices
+    out = torch.full_like(logits, float('-inf'))
+    return out.scatter(-1, idx, logits.gather(-1, idx))
+
+
+@A('top_k_filter', 'W', 'topk with k > V crashes')
+def w(logits, k):
+    thr = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+
+@A('top_k_filter', 'W', 'strict > threshold (keeps k-1)')
+def w(logits, k):
+    k = min(k, logits.size(-1))
+    thr = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(~(logits > thr), float('-inf')) if k < logits.size(-1) else logits
+
+
+@A('top_k_filter', 'W', 'others set to a large negative, not -inf')
+def w(logits, k):
+    k = min(k, logits.size(-1))
+    thr = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(logits < thr, torch.finfo(logits.dtype).min)
+
+
+@A('top_k_filter', 'W', 'in place masked_fill_ on the input')
+def w(logits, k):
+    k = min(k, logits.size(-1))
+    thr = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill_(logits < thr, float('-inf'))
+
+
+@A('top_k_filter', 'W', 'threshold from the flattened tensor (whole batch)')
+def w(logits, k):
+    k = min(k, logits.size(-1))
+    thr = logits.reshape(-1).topk(k).values[-1]
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+
+@A('top_k_filter', 'W', 'k-th of the sorted copy but threshold column k (off by one)')
+def w(logits, k):
+    V = logits.size(-1)
+    k = min(k, V)
+    s = logits.sort(-1, descending=True).values
+    thr = s[..., min(k, V - 1):min(k, V - 1) + 1]
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+
+@A('top_k_filter', 'W', 'threshold in float16')
+def w(logits, k):
+    k = min(k, logits.size(-1))
+    thr = logits.topk(k, -1).values[..., -1:].half().to(logits.dtype)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+
+# ================================================================ b2 top_p_filter
+@A('top_p_filter', 'R', 'sort, exclusive cumsum (cumsum shifted right)')
+def r(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(-1)
+    before = torch.cat([torch.zeros_like(pr[..., :1]), pr.cumsum(-1)[..., :-1]], -1)
+    kept = before < p
+    last = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < last, float('-inf'))
+
+
+@A('top_p_filter', 'R', 'python loop per row')
+def r(logits, p):
+    flat = logits.reshape(-1, logits.size(-1))
+    out = flat.clone()
+    for i in range(flat.size(0)):
+        row = flat[i]
+        order = row.argsort(descending=True)
+        probs = row.softmax(-1)[order]
+        mass = probs.new_zeros(())
+        last = row[order[0]]
+        for j in range(row.numel()):
+            if mass >= p:
+                break
+            last = row[order[j]]
+            mass = mass + probs[j]
+        out[i][row < last] = float('-inf')
+    return out.reshape(logits.shape)
+
+
+@A('top_p_filter', 'R', 'count of kept tokens, gather the threshold')
+def r(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(-1)
+    n = ((pr.cumsum(-1) - pr) < p).sum(-1, keepdim=True).clamp(min=1)
+    thr = s.gather(-1, n - 1)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+
+@A('top_p_filter', 'R', 'softmax in float64, cumsum in the logits dtype')
+def r(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.double().softmax(-1).to(logits.dtype)
+    kept = (pr.cumsum(-1) - pr) < p
+    last = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < last, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'HF style: remove cumsum > p shifted (keeps one more at exact p)')
+def w(logits, p):
+    s, idx = logits.sort(-1, descending=True)
+    c = s.softmax(-1).cumsum(-1)
+    remove = c > p
+    remove[..., 1:] = remove[..., :-1].clone()
+    remove[..., 0] = False
+    last = s.masked_fill(remove, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < last, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'keeps cumsum < p (drops the token that reaches p)')
+def w(logits, p):
+    s = logits.sort(-1, descending=True).values
+    c = s.softmax(-1).cumsum(-1)
+    kept = c < p
+    kept[..., 0] = True
+    last = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < last, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'scatter back by sorted indices (ties at the cut dropped)')
+def w(logits, p):
+    s, idx = logits.sort(-1, descending=True)
+    pr = s.softmax(-1)
+    kept = (pr.cumsum(-1) - pr) < p
+    mask = torch.zeros_like(kept).scatter(-1, idx, kept)
+    return logits.masked_fill(~mask, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'returns the sorted logits')
+def w(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(-1)
+    kept = (pr.cumsum(-1) - pr) < p
+    return s.masked_fill(~kept, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'cumsum on the unsorted probabilities')
+def w(logits, p):
+    pr = logits.softmax(-1)
+    kept = (pr.cumsum(-1) - pr) < p
+    return logits.masked_fill(~kept, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'p compared with logits, not probabilities')
+def w(logits, p):
+    s = logits.sort(-1, descending=True).values
+    kept = (s.cumsum(-1) - s) < p
+    kept[..., 0] = True
+    last = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < last, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'probs over the whole batch (softmax dim 0)')
+def w(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(0)
+    kept = (pr.cumsum(-1) - pr) < p
+    last = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < last, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'float16 cumsum')
+def w(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(-1).half()
+    kept = (pr.cumsum(-1) - pr) < p
+    last = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < last, float('-inf'))
+
+
+@A('top_p_filter', 'W', 'ascending sort: drop tail while tail mass <= 1 - p (one token too many off)')
+def w(logits, p):
+    s = logits.sort(-1).values
+    pr = s.softmax(-1)
+    drop = pr.cumsum(-1) < (1 - p)
+    first = s.masked_fill(drop, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < first, float('-inf'))
+
+
+# ================================================================ b2 cached_self_attention
+def csa_right(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2)
+        v = torch.cat([cache['value'], v], 2)
+    Ln, Lk = x.size(1), k.size(2)
+    mask = causal_mask(Lk, device=x.device)[:, :, Lk - Ln:]
+    ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+
+A('cached_self_attention', 'R', 'library pieces, cat on dim 2, bottom rows of causal')(csa_right)
+
+
+@A('cached_self_attention', 'R', 'einsum, offset mask from aranges, own softmax')
+def r(x, params, num_heads, cache=None):
+    B, Ln, D = x.shape
+    H = num_heads; dk = D // H
+    def proj(w, b):
+        y = torch.einsum('bld,od->blo', x, params[w])
+        if params.get(b) is not None:
+            y = y + params[b]
+        return y.reshape(B, Ln, H, dk).permute(0, 2, 1, 3)
+    q, k, v = proj('w_q', 'b_q'), proj('w_k', 'b_k'), proj('w_v', 'b_v')
+    Lp = 0 if cache is None else cache['key'].size(2)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    qpos = torch.arange(Lp, Lp + Ln, device=x.device)[:, None]
+    kpos = torch.arange(Lp + Ln, device=x.device)[None, :]
+    s = torch.einsum('bhqd,bhkd->bhqk', q, k) / math.sqrt(dk)
+    s = s.masked_fill(kpos > qpos, float('-inf'))
+    w = softmax_hand(s)
+    ctx = torch.einsum('bhqk,bhkd->bqhd', w, v).reshape(B, Ln, D)
+    out = torch.einsum('bld,od->blo', ctx, params['w_o'])
+    if params.get('b_o') is not None:
+        out = out + params['b_o']
+    return out, {'key': k, 'value': v}
+
+
+@A('cached_self_attention', 'R', 'attention in float32 inside, cache kept in the input dtype')
+def r(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    up = torch.float64 if x.dtype == torch.float64 else torch.float32
+    Ln, Lk = x.size(1), k.size(2)
+    mask = torch.ones(Ln, Lk, dtype=torch.bool).tril(Lk - Ln)
+    s = (q.to(up) @ k.to(up).transpose(-2, -1)) / math.sqrt(q.size(-1))
+    s = s.masked_fill(~mask, float('-inf'))
+    ctx = (s.softmax(-1) @ v.to(up)).to(x.dtype)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+
+@A('cached_self_attention', 'W', 'causal mask from the top rows (no offset)')
+def w(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    mask = causal_mask(k.size(2))[:, :, :x.size(1)]
+    ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+
+@A('cached_self_attention', 'W', 'no mask (fine for one new token)')
+def w(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    ctx, _ = scaled_dot_product_attention(q, k, v)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+
+@A('cached_self_attention', 'W', 'new cache holds only the new keys')
+def w(x, params, num_heads, cache=None):
+    out, c = csa_right(x, params, num_heads, cache)
+    Ln = x.size(1)
+    return out, {'key': c['key'][:, :, -Ln:], 'value': c['value'][:, :, -Ln:]}
+
+
+@A('cached_self_attention', 'W', 'new keys put before the cached ones')
+def w(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([k, cache['key']], 2); v = torch.cat([v, cache['value']], 2)
+    Ln, Lk = x.size(1), k.size(2)
+    mask = causal_mask(Lk)[:, :, Lk - Ln:]
+    ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+
+@A('cached_self_attention', 'W', 'updates the caller cache dict in place')
+def w(x, params, num_heads, cache=None):
+    out, c = csa_right(x, params, num_heads, cache)
+    if cache is not None:
+        cache['key'], cache['value'] = c['key'], c['value']
+        return out, cache
+    return out, c
+
+
+@A('cached_self_attention', 'W', 'cache split with reshape straight to (B, H, L, d_k)')
+def w(x, params, num_heads, cache=None):
+    B, Ln, D = x.shape
+    sp = lambda t: t.reshape(B, num_heads, Ln, D // num_heads)
+    q = sp(linear(x, params['w_q'], params.get('b_q')))
+    k = sp(linear(x, params['w_k'], params.get('b_k')))
+    v = sp(linear(x, params['w_v'], params.get('b_v')))
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    Lk = k.size(2)
+    ctx, _ = scaled_dot_product_attention(q, k, v, causal_mask(Lk)[:, :, Lk - Ln:])
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+
+@A('cached_self_attention', 'W', 'cache stores keys before the bias is added')
+def w(x, params, num_heads, cache=None):
+    out, c = csa_right(x, params, num_heads, cache)
+    Ln = x.size(1)
+    kb = split_heads(linear(x, params['w_k']), num_heads)
+    key = torch.cat([c['key'][:, :, :-Ln], kb], 2)
+    return out, {'key': key, 'value': c['value']}
+
+
+@A('cached_self_attention', 'W', 'keeps the last 64 positions only (sliding window)')
+def w(x, params, num_heads, cache=None):
+    if cache is not None and cache['key'].size(2) > 64:
+        cache = {'key': cache['key'][:, :, -64:], 'value': cache['value'][:, :, -64:]}
+    return csa_right(x, params, num_heads, cache)
+
+
+generics('cached_self_attention', csa_right, ['f32', 'idcache', 'buffer'])
+
+
+# ================================================================ b2 lm_step
+def lms_right(params, ids, config, caches=None):
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        h = layer_norm(x, b['norm1']['gamma'], b['norm1']['beta'])
+        a, c = gen.cached_self_attention(h, b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding']), new
+
+
+A('lm_step', 'R', 'library cached_self_attention')(lms_right)
+
+
+@A('lm_step', 'R', 'my own cached attention, zip over blocks and caches')
+def r(params, ids, config, caches=None):
+    blocks = params['blocks']
+    caches_in = caches if caches is not None else [None] * len(blocks)
+    start = 0 if caches is None else caches[0]['value'].shape[-2]
+    pos = params['position_embedding'][torch.arange(start, start + ids.size(1))]
+    x = embed(ids, params['token_embedding']) + pos
+    new = []
+    for b, c in zip(blocks, caches_in):
+        a, c2 = csa_right(ln_hand(x, b['norm1']['gamma'], b['norm1']['beta']), b['attention'], config.num_heads, c)
+        x = x + a
+        x = x + ffn_hand(ln_hand(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c2)
+    return torch.einsum('bld,vd->blv', layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), params['token_embedding']), new
+
+
+@A('lm_step', 'R', 'one_hot embedding, float32-inside LN for half')
+def r(params, ids, config, caches=None):
+    T = params['token_embedding']
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    x = F.one_hot(ids, T.size(0)).to(T.dtype) @ T * math.sqrt(T.size(1))
+    x = x + params['position_embedding'][start:start + ids.size(1)]
+    ln = (lambda t, n: ln32(t, n['gamma'], n['beta'])) if T.dtype in (torch.float16, torch.bfloat16) else (lambda t, n: layer_norm(t, n['gamma'], n['beta']))
+    new = []
+    for i, b in enumerate(params['blocks']):
+        a, c = gen.cached_self_attention(ln(x, b['norm1']), b['attention'], config.num_heads, caches[i] if caches else None)
+        x = x + a
+        x = x + feed_forward(ln(x, b['norm2']), b['ffn'])
+        new.append(c)
+    return linear(ln(x, params['final_norm']), T), new
+
+
+@A('lm_step', 'W', 'positions restart at 0')
+def w(params, ids, config, caches=None):
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][:ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        h = layer_norm(x, b['norm1']['gamma'], b['norm1']['beta'])
+        a, c = gen.cached_self_attention(h, b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding']), new
+
+
+@A('lm_step', 'W', 'L_past read from the head axis (size(1))')
+def w(params, ids, config, caches=None):
+    start = 0 if caches is None else caches[0]['key'].size(1)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        h = layer_norm(x, b['norm1']['gamma'], b['norm1']['beta'])
+        a, c = gen.cached_self_attention(h, b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding']), new
+
+
+@A('lm_step', 'W', 'first block cache for every block')
+def w(params, ids, config, caches=None):
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        h = layer_norm(x, b['norm1']['gamma'], b['norm1']['beta'])
+        a, c = gen.cached_self_attention(h, b['attention'], config.num_heads, None if caches is None else caches[0])
+        x = x + a
+        x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding']), new
+
+
+@A('lm_step', 'W', 'no final LayerNorm')
+def w(params, ids, config, caches=None):
+    logits, new = lms_right(params, ids, config, caches)
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][start:start + ids.size(1)]
+    for i, b in enumerate(params['blocks']):
+        h = layer_norm(x, b['norm1']['gamma'], b['norm1']['beta'])
+        a, _ = gen.cached_self_attention(h, b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+    return linear(x, params['token_embedding']), new
+
+
+@A('lm_step', 'W', 'caches returned in reverse order')
+def w(params, ids, config, caches=None):
+    logits, new = lms_right(params, ids, config, caches)
+    return logits, new[::-1]
+
+
+@A('lm_step', 'W', 'cache attention reads un-normed x')
+def w(params, ids, config, caches=None):
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        a, c = gen.cached_self_attention(x, b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding']), new
+
+
+@A('lm_step', 'W', 'only the last position logits (B, 1, V)')
+def w(params, ids, config, caches=None):
+    logits, new = lms_right(params, ids, config, caches)
+    return logits[:, -1:], new
+
+
+@A('lm_step', 'W', 'calls library lm_step')
+def w(params, ids, config, caches=None):
+    return gen.lm_step(params, ids, config, caches)
+
+
+generics('lm_step', lms_right, ['f32', 'counter', 'shapecache'])
+
+
+# ---------------------------------------------------------------- batch 2: more answers
+def ln_wide(x, g, b, eps=1e-5):   # float32 inside for half precision only; float64 stays float64
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return ln32(x, g, b, eps)
+    return ln_hand(x, g, b, eps)
+
+
+@A('encoder', 'R', 'while loop with index, widened LN and einsum attention')
+def r(x, layers, num_heads, mask=None):
+    i, h = 0, x
+    while i < len(layers):
+        p = layers[i]
+        up = torch.float32 if h.dtype in (torch.float16, torch.bfloat16) else None
+        h = ln_wide(h + mha_einsum(h, h, p['self_attn'], num_heads, mask, up=up), p['norm1']['gamma'], p['norm1']['beta'])
+        h = ln_wide(h + ffn_hand(h, p['ffn'], up=up), p['norm2']['gamma'], p['norm2']['beta'])
+        i += 1
+    return h
+
+
+@A('encoder_layer', 'R', 'float32 inside for half only (widened LN, attention, FFN)')
+def r(x, params, num_heads, mask=None):
+    up = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
+    n1, n2 = params['norm1'], params['norm2']
+    x = ln_wide(x + mha_einsum(x, x, params['self_attn'], num_heads, mask, up=up), n1['gamma'], n1['beta'])
+    return ln_wide(x + ffn_hand(x, params['ffn'], up=up), n2['gamma'], n2['beta'])
+
+
+@A('decoder_layer', 'R', 'float32 inside for half only, float64 kept')
+def r(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    up = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
+    n1, n2, n3 = params['norm1'], params['norm2'], params['norm3']
+    x = ln_wide(x + mha_einsum(x, x, params['self_attn'], num_heads, self_mask, up=up), n1['gamma'], n1['beta'])
+    x = ln_wide(x + mha_einsum(x, memory, params['cross_attn'], num_heads, memory_mask, up=up), n2['gamma'], n2['beta'])
+    return ln_wide(x + ffn_hand(x, params['ffn'], up=up), n3['gamma'], n3['beta'])
+
+
+@A('decoder_layer', 'R', 'library mha for self-attention, einsum for cross, hand LN')
+def r(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    # self-attention and FFN sublayers as in my encoder layer, cross-attention in between
+    n1, n2, n3 = params['norm1'], params['norm2'], params['norm3']
+    h = ln_hand(x + mha(x, x, params['self_attn'], num_heads, self_mask), n1['gamma'], n1['beta'])
+    h = ln_hand(h + mha_einsum(h, memory, params['cross_attn'], num_heads, memory_mask), n2['gamma'], n2['beta'])
+    return ln_hand(h + feed_forward(h, params['ffn']), n3['gamma'], n3['beta'])
+
+
+@A('next_token_probs', 'W', 'softmax over dim=1')
+def w(logits, temperature=1.0):
+    return torch.softmax(logits / temperature, dim=1 if logits.dim() > 1 else 0)
+
+
+KV = {}
+
+
+@A('cached_self_attention', 'W', 'preallocated module-level KV buffer, returns views of it')
+def w(x, params, num_heads, cache=None):
+    out, c = csa_right(x, params, num_heads, cache)
+    k, v = c['key'], c['value']
+    buf = KV.get('b')
+    if buf is None or buf[0].shape[:2] != k.shape[:2] or buf[0].shape[3] != k.shape[3] or buf[0].size(2) < k.size(2) or buf[0].dtype != k.dtype:
+        shape = (k.size(0), k.size(1), max(1024, k.size(2)), k.size(3))
+        buf = KV['b'] = (torch.empty(shape, dtype=k.dtype), torch.empty(shape, dtype=k.dtype))
+    L = k.size(2)
+    buf[0][:, :, :L].copy_(k.detach()); buf[1][:, :, :L].copy_(v.detach())
+    return out, {'key': buf[0][:, :, :L], 'value': buf[1][:, :, :L]}
+
+
+@A('cached_self_attention', 'W', 'masked scores filled with -1e4 instead of -inf')
+def w(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    Ln, Lk = x.size(1), k.size(2)
+    s = q @ k.transpose(-2, -1) / math.sqrt(x.size(-1) // num_heads)
+    s = s.masked_fill(~causal_mask(Lk)[:, :, Lk - Ln:], -1e4)
+    ctx = s.softmax(-1) @ v
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+
+@A('lm_step', 'W', 'positions for the new tokens from len(caches) (blocks), not L_past')
+def w(params, ids, config, caches=None):
+    start = 0 if caches is None else len(caches)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        h = layer_norm(x, b['norm1']['gamma'], b['norm1']['beta'])
+        a, c = gen.cached_self_attention(h, b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding']), new
+
+
+@A('shift_right', 'W', 'labels: last <eos> dropped, pad appended (length kept by cat)')
+def w(tgt):
+    return tgt[:, :-1], torch.cat([tgt[:, 1:-1], torch.zeros_like(tgt[:, :1])], 1)

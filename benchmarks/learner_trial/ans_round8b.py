@@ -2420,3 +2420,116 @@ def w(params, ids, config, caches=None):
 @A('shift_right', 'W', 'labels: last <eos> dropped, pad appended (length kept by cat)')
 def w(tgt):
     return tgt[:, :-1], torch.cat([tgt[:, 1:-1], torch.zeros_like(tgt[:, :1])], 1)
+
+
+def w_corr_f32(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # bias corrections as float32 tensors: (1 - b^t) rounded to float32 for float64 parameters
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    c1 = 1 - torch.tensor(b1) ** t
+    c2 = 1 - torch.tensor(b2) ** t
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / c1) / ((v / c2).sqrt() + eps))
+
+
+A('adam', 'W', 'bias corrections as float32 tensors')((adam_init_r, w_corr_f32))
+
+
+@A('warmup_cosine_lr', 'W', 'end-of-schedule test before the warm-up test')
+def w(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step >= total_steps:
+        return final_fraction * peak_lr
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    x = (step - warmup_steps) / (total_steps - warmup_steps)
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * x)))
+
+
+@A('decoder_layer', 'W', 'self_mask None -> causal mask added (ambiguous)')
+def w(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    if self_mask is None:
+        self_mask = causal_mask(x.size(1), device=x.device)
+    return dec_right(x, memory, params, num_heads, self_mask, memory_mask)
+
+
+@A('encoder', 'W', "consumes the caller's list (layers.pop(0))")
+def w(x, layers, num_heads, mask=None):
+    while layers:
+        x = ed.encoder_layer(x, layers.pop(0), num_heads, mask)
+    return x
+
+
+@A('warmup_cosine_lr', 'R', 'torch float64 scalars, explicit total == warmup branch')
+def r(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps:
+        return peak_lr * step / warmup_steps
+    if total_steps == warmup_steps:
+        return final_fraction * peak_lr
+    x = torch.tensor(min(step - warmup_steps, total_steps - warmup_steps) / (total_steps - warmup_steps), dtype=torch.float64)
+    lo = final_fraction * peak_lr
+    return float(lo + (peak_lr - lo) * 0.5 * (1 + torch.cos(math.pi * x)))
+
+
+def adam_step_rebind(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # functional moments: new m and v tensors stored back into the state's lists
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for i, p in enumerate(parameters):
+            if p.grad is None:
+                continue
+            state['m'][i] = b1 * state['m'][i] + (1 - b1) * p.grad
+            state['v'][i] = b2 * state['v'][i] + (1 - b2) * p.grad ** 2
+            p -= lr * (state['m'][i] / (1 - b1 ** t)) / (torch.sqrt(state['v'][i] / (1 - b2 ** t)) + eps)
+
+
+A('adam', 'R', 'functional m, v stored back into state lists')((adam_init_r, adam_step_rebind))
+
+
+@A('lm_step', 'R', 'L_past from the last block cache, shape[-2]')
+def r(params, ids, config, caches=None):
+    start = 0 if not caches else caches[-1]['key'].shape[-2]
+    pos = params['position_embedding'].narrow(0, start, ids.size(1))
+    x = embed(ids, params['token_embedding']) + pos
+    new = []
+    for i, b in enumerate(params['blocks']):
+        h = ln_wide(x, b['norm1']['gamma'], b['norm1']['beta'])
+        a, c = csa_right(h, b['attention'], config.num_heads, caches[i] if caches else None)
+        x = x + a
+        x = x + feed_forward(ln_wide(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    return linear(ln_wide(x, params['final_norm']['gamma'], params['final_norm']['beta']), params['token_embedding']), new
+
+
+def attn_additive(h, p, H, mask, fix):
+    B, L, D = h.shape
+    q = split_heads(linear(h, p['w_q'], p['b_q']), H)
+    k = split_heads(linear(h, p['w_k'], p['b_k']), H)
+    v = split_heads(linear(h, p['w_v'], p['b_v']), H)
+    bias = torch.zeros(mask.shape, dtype=h.dtype).masked_fill(~mask, float('-inf'))
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D // H) + bias, -1)
+    if fix:
+        w = torch.nan_to_num(w, nan=0.0)
+    return linear(merge_heads(w @ v), p['w_o'], p['b_o'])
+
+
+@A('decoder_block', 'W', 'additive float mask (0 / -inf), NaN rows zeroed after softmax: NaN gradient (label corrected)')
+def r(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    n1, n2 = block['norm1'], block['norm2']
+    x = x + attn_additive(layer_norm(x, n1['gamma'], n1['beta']), block['attention'], num_heads, mask, True)
+    return x + feed_forward(layer_norm(x, n2['gamma'], n2['beta']), block['ffn'])
+
+
+@A('decoder_block', 'W', 'additive float mask, fully masked rows give NaN')
+def w(x, block, num_heads, mask=None):
+    if mask is None:
+        mask = causal_mask(x.size(1), device=x.device)
+    n1, n2 = block['norm1'], block['norm2']
+    x = x + attn_additive(layer_norm(x, n1['gamma'], n1['beta']), block['attention'], num_heads, mask, False)
+    return x + feed_forward(layer_norm(x, n2['gamma'], n2['beta']), block['ffn'])

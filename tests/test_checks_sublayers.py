@@ -333,13 +333,14 @@ def layer_norm_einsum(x, gamma, beta, eps=1e-5):
     d = x.shape[-1]
     mean = torch.einsum("...d->...", x)[..., None] / d
     centred = x - mean
-    variance = torch.einsum("...d,...d->...", centred, centred)[..., None] / d
+    wide = centred.to(torch.promote_types(x.dtype, torch.float32))  # float16 squares overflow past 256
+    variance = (torch.einsum("...d,...d->...", wide, wide)[..., None] / d).to(x.dtype)
     return torch.einsum("...d,d->...d", centred / torch.sqrt(variance + eps), gamma) + beta
 
 
 def layer_norm_non_contiguous(x, gamma, beta, eps=1e-5):
     mean = x.mean(-1, keepdim=True)
-    out = (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + eps) * gamma + beta
+    out = (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * gamma + beta
     return out.mT.contiguous().mT if out.dim() >= 2 else out
 
 

@@ -129,7 +129,8 @@ def layer_norm_f(x, gamma, beta, eps=1e-5):
 
 def layer_norm_manual(x, gamma, beta, eps=1e-5):
     mean = x.mean(dim=-1, keepdim=True)
-    variance = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    wide = (x - mean).to(torch.promote_types(x.dtype, torch.float32))  # float16 squares overflow past 256
+    variance = (wide ** 2).mean(dim=-1, keepdim=True).to(x.dtype)
     return gamma * (x - mean) * torch.rsqrt(variance + eps) + beta
 
 

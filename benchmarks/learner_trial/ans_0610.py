@@ -201,7 +201,7 @@ E='layer_norm'
 def ln_r(x, gamma, beta, eps=1e-5):
     m = x.mean(-1, keepdim=True); v = x.var(-1, unbiased=False, keepdim=True)
     return (x - m) / torch.sqrt(v + eps) * gamma + beta
-@A(E,'R','rsqrt, ((x-m)**2).mean')
+@A(E,'W','rsqrt, ((x-m)**2).mean (W since round 8: a float16 square past 65504 is inf; 07 gives float16 and extreme values)')
 def ln_r2(x, gamma, beta, eps=1e-5):
     c = x - x.mean(dim=-1, keepdim=True)
     return c * torch.rsqrt((c * c).mean(dim=-1, keepdim=True) + eps) * gamma + beta

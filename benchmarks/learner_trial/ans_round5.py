@@ -199,7 +199,7 @@ def ln_r(x, gamma, beta, eps=1e-5):
     m = x.mean(-1, keepdim=True)
     v = x.var(-1, keepdim=True, unbiased=False)
     return (x - m) / torch.sqrt(v + eps) * gamma + beta
-@A(E, 'R', 'einsum sums / D, rsqrt')
+@A(E, 'W', 'einsum sums / D, rsqrt (W since round 8: a float16 square past 65504 is inf; 07 gives float16 and extreme values)')
 def ln_r2(x, gamma, beta, eps=1e-5):
     D = x.size(-1)
     m = torch.einsum('...d->...', x)[..., None] / D
@@ -214,7 +214,7 @@ def ln_r3(x, gamma, beta, eps=1e-5):
 @A(E, 'R', 'float64 compute always, cast back')
 def ln_r4(x, gamma, beta, eps=1e-5):
     return ln_r(x.double(), gamma.double(), beta.double(), eps).to(x.dtype)
-@A(E, 'R', 'mean without keepdim, [..., None]; addcmul')
+@A(E, 'W', 'mean without keepdim, [..., None]; addcmul (W since round 8: a float16 square past 65504 is inf; 07 gives float16 and extreme values)')
 def ln_r5(x, gamma, beta, eps=1e-5):
     m = x.mean(-1)
     c = x - m[..., None]
@@ -834,7 +834,7 @@ def do_r11(x, p, training=True):
     scale = (torch.rand(x.shape) >= p).to(x.dtype).div_(1 - p)
     return x * scale
 E = 'layer_norm'
-@A(E, 'R', '(v + eps) ** -0.5')
+@A(E, 'W', '(v + eps) ** -0.5 (W since round 8: a float16 square past 65504 is inf; 07 gives float16 and extreme values)')
 def ln_r6(x, gamma, beta, eps=1e-5):
     c = x - x.mean(dim=-1, keepdim=True)
     return gamma * c * (c.square().mean(dim=-1, keepdim=True) + eps) ** -0.5 + beta

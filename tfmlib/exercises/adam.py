@@ -71,8 +71,7 @@ class _Problem:
 
     def __repr__(self) -> str:
         betas = "" if self.betas is None else f", betas={self.betas}"
-        decay = "" if self.weight_decay is None or not self.decay_given \
-            else f", weight_decay={self.weight_decay}"
+        decay = "" if self.weight_decay is None or not self.decay_given else f", weight_decay={self.weight_decay}"
         eps = "" if self.eps is None else f", eps={self.eps}"
         return f"{self.steps} steps, lr={self.lr}{betas}{decay}{eps}"
 
@@ -93,6 +92,8 @@ def _problems() -> list[_Problem]:
     g = torch.Generator().manual_seed(90)
     r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
 
+    signs = torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)
+
     def tiny(*shape):  # gradients around 1e-3: where eps's place in the formula shows
         return 1e-3 * (0.5 + torch.rand(*shape, generator=g)) * torch.sign(r(*shape))
 
@@ -108,9 +109,9 @@ def _problems() -> list[_Problem]:
     return problems + [
         _Problem("two parameters of one shape, the first without a gradient on step 2 only", [r(3), r(3)], lr=0.1,
                  steps=3, grads=[[r(3), r(3)], [None, r(3)], [r(3), r(3)]]),
-        _Problem("float64 parameters, gradients near 1e40 (float32 cannot hold them)",
-                 [r(3).double(), r(2).double()], lr=0.1, steps=2,
-                 grads=[[1e40 * r(3).double(), r(2).double()] for _ in range(2)]),
+        _Problem("float64, gradients near 1e40 (float32 cannot hold them), lr = 3: the first parameter steps back to "
+                 "0, where 1 - beta2 ** t rounded to float32 (off by 1.3e-5) shows", [6 * signs, r(2).double()],
+                 lr=3.0, steps=2, grads=[[1e40 * signs, r(2).double()] for _ in range(2)]),
         _Problem("gradients near 1e-8, as small as eps: the denominator is half sqrt(v_hat), half eps",
                  [r(3)], lr=0.1, steps=2, grads=[[1e-8 * r(3)] for _ in range(2)]),
     ]
@@ -234,8 +235,7 @@ def _run_optimizer(problem: _Problem, init, step):
             _trajectory(problem.without(missing), init, step) if len(missing) < len(problem.params) else None
         except Exception:
             raise error from None
-        raise GradIsNoneError(f"{type(error).__name__}: {error}").with_traceback(error.__traceback__) \
-            from None
+        raise GradIsNoneError(f"{type(error).__name__}: {error}").with_traceback(error.__traceback__) from None
 
 
 # _run_optimizer returns the parameters after every step: name them so in the messages.
@@ -429,7 +429,7 @@ def _sgd_variant(*, skip_none=True, no_grad=True, in_place=True, sign=-1.0, grad
 
 
 def _sgd_cases() -> list[Case]:
-    problems = [dataclasses.replace(_problems()[i], betas=None) for i in (0, 2)]  # SGD has no betas
+    problems = [dataclasses.replace(_problems()[i], betas=None) for i in (0, 2, 4)]  # SGD has no betas
     odd = torch.tensor([math.nan, math.inf, 1e40, 1.0], dtype=torch.float64)  # float32 cannot hold 1e40
     problems.append(_Problem("float64, lr = 3, a gradient holding nan, inf and 1e40: the formula as it is",
                              [torch.ones(4, dtype=torch.float64)], lr=3.0, betas=None, steps=1, grads=[[odd]]))

@@ -69,8 +69,7 @@ def _large_negative_fill(fill_for_dtype):
     """The Annotated Transformer's -1e9 (or Hugging Face's finfo.min), and nothing after the
     softmax: a query with no visible key gets uniform weights instead of zeros."""
     def variant(query, key, value, mask=None):
-        return _weigh(_scores(query, key), value, mask, fill=fill_for_dtype(query.dtype),
-                      zero_masked=False)
+        return _weigh(_scores(query, key), value, mask, fill=fill_for_dtype(query.dtype), zero_masked=False)
     return variant
 
 

@@ -13,8 +13,7 @@ from .core import Case, Contract, Exercise, Mistake, register
 # ---- embed ------------------------------------------------------------------------------------
 
 def _ids_and_table(g, batch, length, vocab_size, d_model):
-    return (torch.randint(0, vocab_size, (batch, length), generator=g),
-            torch.randn(vocab_size, d_model, generator=g))
+    return (torch.randint(0, vocab_size, (batch, length), generator=g), torch.randn(vocab_size, d_model, generator=g))
 
 
 def _embed_cases() -> list[Case]:

@@ -219,14 +219,12 @@ def _decoder_layer_variant(self_mask_source="self", memory_mask_source="memory",
                            norms=("norm1", "norm2", "norm3"), pre_ln=False):
     def variant(x, memory, params, num_heads, self_mask=None, memory_mask=None):
         masks = {"self": self_mask, "memory": memory_mask, "none": None}
-        h = _sublayer(x, _attention(params["self_attn"], num_heads, masks[self_mask_source]),
-                      params[norms[0]], pre_ln)
+        h = _sublayer(x, _attention(params["self_attn"], num_heads, masks[self_mask_source]), params[norms[0]], pre_ln)
 
         def cross_attention(h):
             kv = memory if cross_kv == "memory" else h
             q = h if cross_q == "hidden" else memory
-            return multi_head_attention(q, kv, kv, params[cross_params], num_heads,
-                                        masks[memory_mask_source])[0]
+            return multi_head_attention(q, kv, kv, params[cross_params], num_heads, masks[memory_mask_source])[0]
 
         h = _sublayer(h, cross_attention, params[norms[1]], pre_ln)
         return _sublayer(h, lambda h: feed_forward(h, params["ffn"]), params[norms[2]], pre_ln)

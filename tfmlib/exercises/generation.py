@@ -20,8 +20,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..embeddings import embed
-from ..generation import (cached_self_attention, lm_step, next_token_probs, top_k_filter,
-                          top_p_filter)
+from ..generation import (cached_self_attention, lm_step, next_token_probs, top_k_filter, top_p_filter)
 from ..language_model import LMConfig, init_lm_params
 from ..masks import causal_mask
 from ..multihead import linear, merge_heads, split_heads
@@ -49,6 +48,7 @@ def _temperature_cases() -> list[Case]:
         Case("(B, V) = (3, 7), T = 20: nearly uniform", (_random_logits(g, (3, 7)), 20.0)),
         Case("(V,) = (9,), T = 0.02: nearly greedy", (_random_logits(g, (9,)), 0.02)),
         Case("(B, L, V) = (2, 3, 5), T = 1: plain softmax", (_random_logits(g, (2, 3, 5)), 1.0)),
+        Case("(V,) = (6,), T left at its default 1", (_random_logits(g, (6,)),)),
         Case("float64, (4, 6), T = 0.8", (_random_logits(g, (4, 6), torch.float64), 0.8)),
         Case("large logits (a confident model), T = 0.25",
              (torch.tensor([[300.0, 296.0, 200.0, -5.0], [0.0, 250.0, 248.0, 1.0]]), 0.25)),
@@ -196,6 +196,7 @@ def _exact_threshold_logits(dtype=torch.float32) -> torch.Tensor:
 
 def _top_p_cases() -> list[Case]:
     g = torch.Generator().manual_seed(142)
+    tail = -1e-4 * torch.arange(1500, dtype=torch.float64)
     return [
         Case("(B, V) = (3, 8), p = 0.9", (_random_logits(g, (3, 8)), 0.9)),
         Case("mass exactly p = 0.75 after two tokens: exactly those two", (_exact_threshold_logits(), 0.75)),
@@ -210,6 +211,9 @@ def _top_p_cases() -> list[Case]:
         # by hand: no contract variation shifts the logits, and no scale makes the largest large and close
         Case("logits near 100, the largest close together: exp(100) overflows, p = 0.9",
              (_random_logits(g, (2, 6)) + 100, 0.9)),
+        # a step of the sum near p, 1.3e-4, is far above float32's rounding and under float16's resolution (4.9e-4)
+        Case("a long tail: 0.8 on one token, 1500 of about 1.3e-4; p = 0.899946 lies between two sums",
+             (torch.cat([(4 * tail.exp().sum()).log().reshape(1), tail]).float(), 0.899946)),
     ]
 
 
@@ -291,10 +295,12 @@ register(Exercise(
 
 # ---- cached_self_attention --------------------------------------------------------------------
 
-def _attention_case(label, g, batch, new, past, heads, d_k, dtype=torch.float32):
+def _attention_case(label, g, batch, new, past, heads, d_k, dtype=torch.float32, repel=False):
     d_model = heads * d_k
     params = {k: v.to(dtype) for k, v in random_mha_params(d_model, g).items()}
-    x = torch.randn(batch, new, d_model, generator=g, dtype=dtype)
+    x = torch.randn(batch, new, d_model, generator=g, dtype=dtype) * (1000 if repel else 1)
+    if repel:  # w_k = -w_q: q . k of a token with itself is -|q|^2
+        params["w_k"], params["b_k"] = -params["w_q"], -params["b_q"]
     cache = None if past is None else {name: torch.randn(batch, heads, past, d_k, generator=g, dtype=dtype)
                                        for name in ("key", "value")}
     return Case(label, (x, params, heads, cache))
@@ -308,6 +314,9 @@ def _attention_cases() -> list[Case]:
         _attention_case("3 new tokens after 2 cached: causal with an offset", g, 1, 3, 2, 4, 2),
         _attention_case("3 new after 3 cached, one head", g, 3, 3, 3, 1, 4),
         _attention_case("one new token after 1 cached, float64", g, 2, 1, 1, 3, 2, torch.float64),
+        _attention_case("2 new tokens after 70 cached: every cached position counts", g, 1, 2, 70, 2, 3),
+        _attention_case("the prompt, w_k = -w_q, x times 1000: each token scores -1e6 with itself, a masked key "
+                        "filled with -1e4 wins", g, 1, 3, None, 2, 3, repel=True),
     ]
 
 
@@ -323,8 +332,7 @@ def _cached_attention_variant(axis=2, new_first=False, mask="last rows", keep_ca
             v = torch.cat([v, cache["value"]] if new_first else [cache["value"], v], dim=axis)
         length = k.size(2)
         full = causal_mask(length, device=x.device)
-        m = {"last rows": full[:, :, -x.size(1):], "first rows": full[:, :, :x.size(1)],
-             "none": None}[mask]
+        m = {"last rows": full[:, :, -x.size(1):], "first rows": full[:, :, :x.size(1)], "none": None}[mask]
         context, _ = scaled_dot_product_attention(q, k, v, m)
         output = linear(merge_heads(context), params["w_o"], params.get("b_o"))
         if keep_cache:
@@ -411,8 +419,7 @@ def _lm_step_variant(positions="continue", cache_of="own", scale=True, final_nor
         new_caches = []
         for i, block in enumerate(params["blocks"]):
             h = layer_norm(x, block["norm1"]["gamma"], block["norm1"]["beta"])
-            cache = None if caches is None else {"own": caches[i], "first": caches[0],
-                                                 "none": None}[cache_of]
+            cache = None if caches is None else {"own": caches[i], "first": caches[0], "none": None}[cache_of]
             attended, cache = cached_self_attention(h, block["attention"], config.num_heads, cache)
             x = x + attended
             h = layer_norm(x, block["norm2"]["gamma"], block["norm2"]["beta"])

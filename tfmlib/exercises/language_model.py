@@ -257,8 +257,7 @@ def _lm_loss_cases() -> list[Case]:
 
 
 def _loss_variant(inputs="ids[:, :-1]", targets="ids[:, 1:]", loss="cross_entropy"):
-    slices = {"ids[:, :-1]": lambda ids: ids[:, :-1], "ids[:, 1:]": lambda ids: ids[:, 1:],
-              "ids": lambda ids: ids}
+    slices = {"ids[:, :-1]": lambda ids: ids[:, :-1], "ids[:, 1:]": lambda ids: ids[:, 1:], "ids": lambda ids: ids}
 
     def variant(params, ids, config):
         logits = lm_forward(params, slices[inputs](ids), config)             # (B, L', V)
@@ -274,7 +273,7 @@ def _loss_variant(inputs="ids[:, :-1]", targets="ids[:, 1:]", loss="cross_entrop
 
 register(Exercise(
     name="lm_loss",
-    contract=Contract(axes={"B": {"ids": (0,)}}),
+    contract=Contract(axes={"B": {"ids": (0,)}}, scales={"params": (30.0,)}),  # logits ~1e3: log(softmax) is -inf
     reference=lm_loss,
     make_cases=_lm_loss_cases,
     gradients=True,

@@ -202,10 +202,8 @@ def _mha_cases() -> list[Case]:
     g = torch.Generator().manual_seed(63)
     cases = []
     x = torch.randn(2, 5, 12, generator=g)
-    cases.append(Case("self-attention, no mask, (2, 5, 12), 3 heads",
-                      (x, x, x, random_mha_params(12, g), 3)))
-    q, k, v = (torch.randn(3, 3, 8, generator=g), torch.randn(3, 6, 8, generator=g),
-               torch.randn(3, 6, 8, generator=g))
+    cases.append(Case("self-attention, no mask, (2, 5, 12), 3 heads", (x, x, x, random_mha_params(12, g), 3)))
+    q, k, v = (torch.randn(3, 3, 8, generator=g), torch.randn(3, 6, 8, generator=g), torch.randn(3, 6, 8, generator=g))
     cases.append(Case("cross-attention Lq=3, Lk=6, key != value, padding mask, 2 heads",
                       (q, k, v, random_mha_params(8, g), 2), {"mask": padding([6, 4, 2], 6)}))
     x = torch.randn(2, 5, 12, generator=g)

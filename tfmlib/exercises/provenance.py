@@ -178,11 +178,10 @@ def _add(table: _Forbidden, value, label: str, kind: str) -> None:
 
 
 def fingerprint(code: types.CodeType) -> tuple:
-    """What a copy of a function compiled from the same text shares with it, whatever its name,
-    file and line: its instructions with their arguments (names, constants, the docstring
-    included). Read through `dis`, not co_code, because the bytes depend on the module compiling
-    them (3.11 calls a method of an imported module with LOAD_ATTR, of any other name with
-    LOAD_METHOD): those two are counted as one."""
+    """What a copy of a function compiled from the same text shares with it, whatever its name, file and line: its
+    instructions with their arguments (names, constants, the docstring included). Read through `dis`, not co_code,
+    because the bytes depend on the module compiling them (3.11 calls a method of an imported module with LOAD_ATTR,
+    of any other name with LOAD_METHOD): those two are counted as one."""
     return tuple((_SAME_OPERATION.get(i.opname, i.opname),
                   fingerprint(i.argval) if isinstance(i.argval, types.CodeType) else repr(i.argval))
                  for i in dis.get_instructions(code) if i.opname not in ("CACHE", "NOP", "RESUME"))

@@ -132,10 +132,9 @@ def _returns_none_on_a_clash(pick):
 
 
 def _mistake(name, hint, make):
-    """A mistake made with the size that is not 1, or with max() (wrong only for a size-0 axis
-    against a 1): a learner who uses max() is still named for the other mistake. (Not for the
-    two mistakes that only show in the error raised: a shared wrong value would then name
-    them for max() alone.)"""
+    """A mistake made with the size that is not 1, or with max() (wrong only for a size-0 axis against a 1): a learner
+    who uses max() is still named for the other mistake. (Not for the two mistakes that only show in the error raised:
+    a shared wrong value would then name them for max() alone.)"""
     return Mistake(name, hint, make(_stretched), also=(make(max),))
 
 

@@ -35,8 +35,7 @@ def random_ffn_params(d_model: int, d_ff: int, g: torch.Generator) -> dict:
 
 def random_norm_params(d_model: int, g: torch.Generator) -> dict:
     """gamma and beta far from 1 and 0, and different per feature, so that each one shows."""
-    return {"gamma": 1.0 + 0.5 * torch.randn(d_model, generator=g),
-            "beta": 0.5 * torch.randn(d_model, generator=g)}
+    return {"gamma": 1.0 + 0.5 * torch.randn(d_model, generator=g), "beta": 0.5 * torch.randn(d_model, generator=g)}
 
 
 def _as(dtype: torch.dtype, params: dict) -> dict:
@@ -50,7 +49,17 @@ def _ffn_cases() -> list[Case]:
     return [Case("(2, 5, 6), d_ff = 10", (torch.randn(2, 5, 6, generator=g), random_ffn_params(6, 10, g))),
             Case("(3, 1, 4), d_ff = 7", (torch.randn(3, 1, 4, generator=g), random_ffn_params(4, 7, g))),
             Case("(1, 4, 8), d_ff = d_model = 8", (torch.randn(1, 4, 8, generator=g),
-                                                  random_ffn_params(8, 8, g)))]
+                                                  random_ffn_params(8, 8, g))),
+            _ffn_past_float16_case(g)]
+
+
+def _ffn_past_float16_case(g) -> Case:
+    """float16 hidden units at its edge: h + |h| overflows at 40000, h * (h > 0) is NaN at -inf."""
+    params = random_ffn_params(4, 6, g)
+    params["w_1"][:2] = torch.tensor([[400.0, 0, 0, 0], [-1000.0, 0, 0, 0]])  # x[..., 0] = 100: 40000 and -100000
+    params["w_2"] /= 100
+    x = torch.tensor([[[100.0, 1.0, -1.0, 2.0], [3.0, -2.0, 1.0, 0.5]]])
+    return Case("float16, hidden units at 40000 and -inf (past -65504)", (x.half(), _as(torch.float16, params)))
 
 
 def _ffn_variant(project=None, activation=F.relu, relu_at_end=False, biases=True):
@@ -384,8 +393,8 @@ register(Exercise(
 
 # ---- layer_norm -------------------------------------------------------------------------------
 
-def _norm_case(label, shape, scale, offset, eps, g, dtype=torch.float32, exact_spread=False):
-    """x = offset + scale * noise; eps=None leaves eps at the function's default.
+def _norm_case(label, shape, scale, offset, eps, g, dtype=torch.float32, exact_spread=False, outlier=None):
+    """x = offset + scale * noise, feature 0 at `outlier` if given; eps=None leaves eps at the function's default.
 
     exact_spread: every row of noise standardised, so that no row is close to constant by chance.
     """
@@ -393,6 +402,8 @@ def _norm_case(label, shape, scale, offset, eps, g, dtype=torch.float32, exact_s
     if exact_spread and shape[-1] > 1:
         noise = (noise - noise.mean(-1, keepdim=True)) / noise.std(-1, keepdim=True)
     x = offset + scale * noise
+    if outlier is not None:
+        x[..., 0] = outlier
     norm = _as(dtype, random_norm_params(shape[-1], g))
     args = (x.to(dtype), norm["gamma"], norm["beta"])
     return Case(label, args if eps is None else (*args, eps))
@@ -405,7 +416,9 @@ def _layer_norm_cases() -> list[Case]:
                        0.01, 2.0, None, g),
             _norm_case("one sentence, L = D: (1, 6, 6), eps = 1e-3", (1, 6, 6), 0.1, -1.0, 1e-3, g),
             _norm_case("(2, 3, 7), eps = 0.1", (2, 3, 7), 1.0, 0.5, 0.1, g),
-            _norm_case("one vector: x (9,), no batch or sequence axis", (9,), 1.0, 0.0, 1e-5, g)]
+            _norm_case("one vector: x (9,), no batch or sequence axis", (9,), 1.0, 0.0, 1e-5, g),
+            _norm_case("float16 (2, 3, 64), an outlier at 300: (x - mean) ** 2 overflows float16, x.var does not",
+                       (2, 3, 64), 1.0, 0.0, 1e-5, g, torch.float16, outlier=300.0)]
 
 
 def _layer_norm_variant(dims=-1, unbiased=False, keepdim=True, denominator=None, affine="normal", default=1e-5):
@@ -503,10 +516,9 @@ class _TanhFFN:
 
 
 class _DropoutFFN(_TanhFFN):
-    """A sublayer with dropout inside, as the model's are in training: each call draws a new mask
-    from its own generator, so a residual that calls it twice uses another mask than the
-    reference's one call. The mask is drawn in float32 whatever h's dtype, so that the float64
-    reference run draws the same one."""
+    """A sublayer with dropout inside, as the model's are in training: each call draws a new mask from its own
+    generator, so a residual that calls it twice uses another mask than the reference's one call. The mask is drawn in
+    float32 whatever h's dtype, so that the float64 reference run draws the same one."""
 
     def __init__(self, shape: tuple, g: torch.Generator, p: float = 0.3):
         super().__init__(shape[-1], g)
@@ -524,9 +536,8 @@ class _DropoutFFN(_TanhFFN):
 
 
 class _TokenMixing:
-    """A sublayer that mixes tokens, as attention does (each position gets the mean of those up
-    to it): a residual that flattens the tokens, puts L first or goes one token at a time
-    gets another answer from it."""
+    """A sublayer that mixes tokens, as attention does (each position gets the mean of those up to it): a residual
+    that flattens the tokens, puts L first or goes one token at a time gets another answer from it."""
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         if h.dim() != 3:

@@ -23,8 +23,7 @@ ONLY_PAD_UNK = (PAD, UNK)  # a vocabulary without <bos> and <eos>: words start a
 
 # Punctuation left on the words, capitals, a <pad> in mid-sentence, words that only look like
 # special tokens (<cls>, <3, <bos>x), extra spaces, an empty string.
-TRICKY = ["Hello, world!", "the cat sat.", "the <pad> cat <unk>", "<cls> and <3 and <bos>x",
-          "The  End", ""]
+TRICKY = ["Hello, world!", "the cat sat.", "the <pad> cat <unk>", "<cls> and <3 and <bos>x", "The  End", ""]
 
 
 def _tricky_vocab() -> dict[str, int]:

@@ -176,8 +176,8 @@ register(Exercise(
 
 def _smoothing_case(label, shape, vocab, smoothing, ignore_index, g, lengths=None,
                     scale=3.0, dtype=torch.float32) -> Case:
-    """logits (*shape, vocab) and labels (*shape); with `lengths`, row b keeps its first
-    lengths[b] labels and the rest are ignore_index (padding at the end, as in a batch)."""
+    """logits (*shape, vocab) and labels (*shape); with `lengths`, row b keeps its first lengths[b] labels and the
+    rest are ignore_index (padding at the end, as in a batch)."""
     logits = (scale * torch.randn(*shape, vocab, generator=g)).to(dtype)
     low = 1 if ignore_index == 0 else 0   # <pad> = 0 is never a label to predict
     labels = torch.randint(low, vocab, shape, generator=g)
@@ -191,11 +191,10 @@ def _smoothing_case(label, shape, vocab, smoothing, ignore_index, g, lengths=Non
 def _smoothing_cases() -> list[Case]:
     g = torch.Generator().manual_seed(110)
     # exp(-800) is 0 even in float64: log(softmax(x)) gives -inf there, log_softmax does not
-    confident = torch.tensor([[800.0, 0.0, -60.0, 20.0], [-20.0, 40.0, 900.0, 0.0],
-                              [0.0, 0.0, 0.0, 0.0]])
+    confident = torch.tensor([[800.0, 0.0, -60.0, 20.0], [-20.0, 40.0, 900.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     return [
-        _smoothing_case("(B, Lt, V) = (3, 5, 7), <pad> = 0 ignored, smoothing 0.1", (3, 5), 7, 0.1,
-                        PAD_ID, g, lengths=[5, 3, 1]),
+        _smoothing_case("(B, Lt, V) = (3, 5, 7), <pad> = 0 ignored, smoothing 0.1", (3, 5), 7, 0.1, PAD_ID, g,
+                        lengths=[5, 3, 1]),
         _smoothing_case("(N, V) = (6, 4), float64, labels -100 ignored, smoothing 0.3", (6,), 4, 0.3,
                         -100, g, lengths=[4], dtype=torch.float64),
         _smoothing_case("smoothing 0: plain cross-entropy, (2, 4, 5) padded", (2, 4), 5, 0.0, PAD_ID,
@@ -256,8 +255,7 @@ def _smoothing_variant(convention="torch", reduction="mean over kept", log_probs
         else:
             log_p = logits.log_softmax(dim=1 if log_probs == "axis 1" else -1)
         kept = torch.ones_like(labels, dtype=torch.bool) if score_padding else labels != ignore_index
-        target = _target_distribution(log_p, labels.masked_fill(~kept, 0), smoothing, convention,
-                                      ignore_index)
+        target = _target_distribution(log_p, labels.masked_fill(~kept, 0), smoothing, convention, ignore_index)
         per_position = -(target * log_p).sum(dim=-1)                              # (...)
         if kl:   # KLDivLoss: the target's own entropy term added
             per_position = per_position + torch.xlogy(target, target).sum(dim=-1)

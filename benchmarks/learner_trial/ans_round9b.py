@@ -283,3 +283,529 @@ def dl_w8(x, memory, params, num_heads, self_mask=None, memory_mask=None):
     return ln(h + feed_forward(h, params['ffn']), params['norm3'])
 
 generics('decoder_layer', dl_r3, ['buffer', 'mutate'])
+
+# ================================ 09 adam =======================================================
+def adam_init_r(parameters):
+    ps = list(parameters)
+    return {'t': 0, 'm': [torch.zeros_like(p) for p in ps], 'v': [torch.zeros_like(p) for p in ps]}
+
+def adam_step_torchstyle(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # PyTorch's own arrangement: step size carries bias correction 1, the denominator bias correction 2
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            m.lerp_(p.grad, 1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad.conj(), value=1 - b2)
+            denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+            p.addcdiv_(m, denom, value=-lr / bc1)
+
+def adam_step_loop(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # index loop, writes through .data, new m / v tensors copied into the state's own
+    state['t'] = state['t'] + 1
+    for i, p in enumerate(parameters):
+        g = p.grad
+        if g is None: continue
+        m = state['m'][i]; v = state['v'][i]
+        m.copy_(betas[0] * m + (1 - betas[0]) * g)
+        v.copy_(betas[1] * v + (1 - betas[1]) * g * g)
+        mh = m / (1 - betas[0] ** state['t']); vh = v / (1 - betas[1] ** state['t'])
+        p.data -= lr * mh / (torch.sqrt(vh) + eps)
+
+def adam_init_dictstyle(parameters):
+    ps = list(parameters)
+    m = [p.detach().clone().zero_() for p in ps]
+    v = [p.new_zeros(p.shape) for p in ps]
+    return dict(t=0, m=m, v=v)
+
+A('adam', 'R', 'torch-style addcdiv with folded bias corrections')((adam_init_r, adam_step_torchstyle))
+A('adam', 'R', 'index loop, .data, copy_ into state')((adam_init_dictstyle, adam_step_loop))
+
+def adam_step_lib_per_param(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    # stacks the library's adam_step? not allowed (tfmlib's own) -- instead: one hand update via exp/log
+    b1, b2 = betas
+    state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            g = p.grad
+            m.mul_(b1).add_((1 - b1) * g)
+            v.mul_(b2).add_((1 - b2) * g.square())
+            step = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)
+            p.sub_(step * lr)
+A('adam', 'R', 'square() and a separate step tensor')((adam_init_r, adam_step_lib_per_param))
+
+def _adam_w(mod):
+    def step(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+        b1, b2 = betas
+        if mod != 'tperparam': state['t'] += 1
+        with torch.no_grad():
+            for p, m, v in zip(parameters, state['m'], state['v']):
+                if p.grad is None:
+                    continue
+                if mod == 'tperparam': state['t'] += 1
+                t = state['t']; g = p.grad
+                m.mul_(b1).add_(g, alpha=1 - b1)
+                if mod == 'absg': v.mul_(b2).add_(g.abs(), alpha=1 - b2)
+                else: v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                if mod == 'nobc': mh, vh = m, v
+                elif mod == 'bc_t_plus': mh, vh = m / (1 - b1 ** (t + 1)), v / (1 - b2 ** (t + 1))
+                else: mh, vh = m / (1 - b1 ** t), v / (1 - b2 ** t)
+                if mod == 'eps_in': upd = mh / torch.sqrt(vh + eps)
+                else: upd = mh / (vh.sqrt() + eps)
+                if mod == 'f32math':
+                    p.sub_((lr * mh.float() / (vh.float().sqrt() + eps)).to(p.dtype))
+                else:
+                    p.sub_(lr * upd)
+    return step
+for mod, lab in [('tperparam', 't counted per parameter'), ('nobc', 'no bias correction'),
+                 ('absg', 'v from |g| not g^2'), ('eps_in', 'eps inside the sqrt'),
+                 ('bc_t_plus', 'bias correction with t+1'), ('f32math', 'update computed in float32, cast back')]:
+    A('adam', 'W', lab)((adam_init_r, _adam_w(mod)))
+
+def adam_init_f32(parameters):
+    ps = list(parameters)
+    return {'t': 0, 'm': [torch.zeros(p.shape) for p in ps], 'v': [torch.zeros(p.shape) for p in ps]}
+def adam_step_any(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            g = p.grad.to(m.dtype)
+            m.mul_(b1).add_(g, alpha=1 - b1); v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.sub_((lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)).to(p.dtype))
+A('adam', 'W', 'moments always float32')((adam_init_f32, adam_step_any))
+
+_shared = {}
+def adam_init_shapeshare(parameters):
+    ps = list(parameters)
+    def z(p):   # one zeros tensor per shape, reused
+        key = (tuple(p.shape), p.dtype)
+        if key not in _shared: _shared[key] = torch.zeros_like(p)
+        return _shared[key]
+    return {'t': 0, 'm': [z(p) for p in ps], 'v': [torch.zeros_like(p) for p in ps]}
+A('adam', 'W', 'm tensors shared between params of one shape (and across inits)')((adam_init_shapeshare, adam_step_any))
+
+_moments = {}
+def adam_step_globalmoments(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for i, p in enumerate(parameters):
+            if p.grad is None: continue
+            m, v = _moments.setdefault(id(p), (torch.zeros_like(p), torch.zeros_like(p)))
+            g = p.grad
+            m.mul_(b1).add_(g, alpha=1 - b1); v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'W', 'moments in a module dict keyed by id(p)')((adam_init_r, adam_step_globalmoments))
+
+def adam_step_nograd_crash(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            g = p.grad if p.grad is not None else torch.zeros_like(p)   # a missing grad counts as 0
+            m.mul_(b1).add_(g, alpha=1 - b1); v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'W', 'grad None treated as zeros (m, v still decay, p moves)')((adam_init_r, adam_step_nograd_crash))
+
+# ================================ 09 sgd_step ===================================================
+@A('sgd_step', 'R', 'add_ with alpha=-lr')
+def sgd_r1(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.add_(p.grad, alpha=-lr)
+
+@A('sgd_step', 'R', '.data and copy_')
+def sgd_r2(parameters, lr):
+    for p in filter(lambda q: q.grad is not None, parameters):
+        p.data.copy_(p.data - lr * p.grad)
+
+@A('sgd_step', 'R', 'torch._foreach_add_ on the ones with grads')
+def sgd_r3(parameters, lr):
+    ps = [p for p in parameters if p.grad is not None]
+    if ps:
+        with torch.no_grad():
+            torch._foreach_add_(ps, [p.grad for p in ps], alpha=-lr)
+
+@A('sgd_step', 'W', 'nan_to_num on the gradient')
+def sgd_w1(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.sub_(lr * torch.nan_to_num(p.grad))
+
+@A('sgd_step', 'W', 'lr clipped to at most 1')
+def sgd_w2(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.sub_(min(lr, 1.0) * p.grad)
+
+@A('sgd_step', 'W', 'scales the grad in place, then subtracts it')
+def sgd_w3(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.grad.mul_(lr); p.sub_(p.grad)
+
+@A('sgd_step', 'W', 'rebinding p (not in place)')
+def sgd_w4(parameters, lr):
+    for p in parameters:
+        if p.grad is not None: p = p - lr * p.grad
+
+@A('sgd_step', 'W', 'update in float32, cast back')
+def sgd_w5(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.copy_((p.float() - lr * p.grad.float()).to(p.dtype))
+
+@A('sgd_step', 'W', 'sign of the gradient')
+def sgd_w6(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.sub_(lr * p.grad.sign())
+
+@A('sgd_step', 'W', 'stops at the first parameter without a grad')
+def sgd_w7(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is None: break
+            p.sub_(lr * p.grad)
+
+@A('sgd_step', 'W', 'grad clamped to +-1e4 for safety')
+def sgd_w8(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.sub_(lr * p.grad.clamp(-1e4, 1e4))
+
+# ================================ 09 adamw_step =================================================
+@A('adamw_step', 'R', 'p.sub_(lr*wd*p) then library adam_step')
+def aw_r1(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.sub_(p * (lr * weight_decay))
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'R', 'decay then my own torch-style Adam')
+def aw_r2(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    for p in ps:
+        if p.grad is not None: p.data.mul_(1 - lr * weight_decay)
+    adam_step_torchstyle(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'R', 'decay with torch._foreach_mul_')
+def aw_r3(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        hit = [p for p in ps if p.grad is not None]
+        if hit: torch._foreach_mul_(hit, 1 - lr * weight_decay)
+    adam_step(ps, state, lr, betas, eps=eps)
+
+@A('adamw_step', 'W', 'decay after the Adam step')
+def aw_w1(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters); adam_step(ps, state, lr, betas, eps)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.mul_(1 - lr * weight_decay)
+
+@A('adamw_step', 'W', 'Adam + L2 (wd*p added to the grad)')
+def aw_w2(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.grad.add_(p, alpha=weight_decay)
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'W', 'decay not scaled by lr')
+def aw_w3(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.mul_(1 - weight_decay)
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'W', 'decays params without grad too')
+def aw_w4(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps: p.mul_(1 - lr * weight_decay)
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'W', 'weight_decay default 0.1')
+def aw_w5(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1):
+    aw_r1(parameters, state, lr, betas, eps, weight_decay)
+
+@A('adamw_step', 'W', 'eps not passed on to adam_step')
+def aw_w6(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.mul_(1 - lr * weight_decay)
+    adam_step(ps, state, lr, betas)
+
+@A('adamw_step', 'W', 'decay with the decayed lr*wd squared by mistake: (1-lr*wd)**2')
+def aw_w7(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.mul_((1 - lr * weight_decay) ** 2)
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'R', 'iterates parameters twice (label corrected: the contract is a list, so this is right)')
+def aw_w8(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.mul_(1 - lr * weight_decay)
+    adam_step(parameters, state, lr, betas, eps)
+
+# ================================ 09 clip_grad_norm =============================================
+def _grads(parameters):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    return [p.grad for p in ps if p.grad is not None]
+
+@A('clip_grad_norm', 'R', 'float64 sum of squares, norm returned in the grads dtype')
+def cg_r1(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.stack([g.double().pow(2).sum() for g in gs]).sum().sqrt()
+    scale = min(1.0, max_norm / (total.item() + 1e-6))
+    for g in gs: g.mul_(scale)
+    return total.to(gs[0].dtype)
+
+@A('clip_grad_norm', 'R', 'cat of flattened float32 grads, float32 norm returned (as the text says to sum)')
+def cg_r2(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.cat([g.reshape(-1).float() for g in gs]).norm()
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for g in gs: g.mul_(coef.to(g.dtype))
+    return total
+
+@A('clip_grad_norm', 'R', 'plain Python loop, math.sqrt, tensor built at the end')
+def cg_r3(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    sq = 0.0
+    for g in gs: sq += float((g.double() ** 2).sum())
+    total = math.sqrt(sq)
+    if max_norm / (total + 1e-6) < 1:
+        for g in gs: g.mul_(max_norm / (total + 1e-6))
+    return torch.tensor(total, dtype=gs[0].dtype)
+
+@A('clip_grad_norm', 'W', 'no 1e-6 in the denominator')
+def cg_w1(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in gs]))
+    for g in gs: g.mul_(torch.clamp(max_norm / total, max=1.0).to(g.dtype))
+    return total.to(gs[0].dtype)
+
+@A('clip_grad_norm', 'W', 'returns the norm after clipping')
+def cg_w2(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in gs]))
+    for g in gs: g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0).to(g.dtype))
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in gs])).to(gs[0].dtype)
+
+@A('clip_grad_norm', 'W', 'squares summed in the grads dtype (float16 overflow)')
+def cg_w3(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = sum((g * g).sum() for g in gs).sqrt()
+    for g in gs: g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+@A('clip_grad_norm', 'W', 'each gradient clipped by its own norm')
+def cg_w4(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    norms = [torch.linalg.vector_norm(g.double()) for g in gs]
+    for g, n in zip(gs, norms): g.mul_(float(torch.clamp(max_norm / (n + 1e-6), max=1.0)))
+    return torch.linalg.vector_norm(torch.stack(norms)).to(gs[0].dtype)
+
+@A('clip_grad_norm', 'W', 'scales up too (no min with 1)')
+def cg_w5(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.double()) for g in gs]))
+    for g in gs: g.mul_(float(max_norm / (total + 1e-6)))
+    return total.to(gs[0].dtype)
+
+@A('clip_grad_norm', 'W', 'single tensor iterated as rows')
+def cg_w6(parameters, max_norm):
+    ps = list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.double()) for g in gs]))
+    for g in gs: g.mul_(float(torch.clamp(max_norm / (total + 1e-6), max=1.0)))
+    return total.to(gs[0].dtype)
+
+@A('clip_grad_norm', 'W', 'returns a Python float')
+def cg_w7(parameters, max_norm):
+    return float(cg_r1(parameters, max_norm))
+
+@A('clip_grad_norm', 'W', 'no grads: returns None')
+def cg_w8(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return None
+    return cg_r1(parameters, max_norm)
+
+@A('clip_grad_norm', 'W', 'infinity norm (largest entry)')
+def cg_w9(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.stack([g.abs().max().double() for g in gs]).max()
+    for g in gs: g.mul_(float(torch.clamp(max_norm / (total + 1e-6), max=1.0)))
+    return total.to(gs[0].dtype)
+
+_normbuf = torch.zeros(())
+@A('clip_grad_norm', 'W', 'returns a module-level 0-dim buffer, overwritten next call')
+def cg_w10(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    n = cg_r1(parameters, max_norm)
+    _normbuf.copy_(n)
+    return _normbuf if n.dtype == torch.float32 else n
+
+# ================================ 09 schedules ==================================================
+@A('warmup_inverse_sqrt_lr', 'R', 'math.pow, if/else on the warm-up')
+def wis_r1(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    if step < warmup_steps:
+        return factor * math.pow(d_model, -0.5) * step * math.pow(warmup_steps, -1.5)
+    return factor * math.pow(d_model, -0.5) / math.sqrt(step)
+
+@A('warmup_inverse_sqrt_lr', 'R', 'torch on 0-dim float64, .item()')
+def wis_r2(step, d_model, warmup_steps, factor=1.0):
+    if not step: return 0.0
+    s = torch.tensor(float(step), dtype=torch.float64)
+    return (factor * torch.rsqrt(torch.tensor(float(d_model), dtype=torch.float64)) *
+            torch.minimum(torch.rsqrt(s), s / warmup_steps ** 1.5)).item()
+
+@A('warmup_inverse_sqrt_lr', 'R', 'division form: step / (warmup*sqrt(warmup))')
+def wis_r3(step, d_model, warmup_steps, factor=1.0):
+    return 0.0 if step == 0 else factor / math.sqrt(d_model) * min(1 / math.sqrt(step), step / (warmup_steps * math.sqrt(warmup_steps)))
+
+@A('warmup_inverse_sqrt_lr', 'W', 'steps from 0: uses step+1')
+def wis_w1(step, d_model, warmup_steps, factor=1.0):
+    s = step + 1
+    return factor * d_model ** -0.5 * min(s ** -0.5, s * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'max instead of min')
+def wis_w2(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return factor * d_model ** -0.5 * max(step ** -0.5, step * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'warmup ** -0.5 instead of -1.5')
+def wis_w3(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'factor ignored')
+def wis_w4(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'step 0 clamped to step 1')
+def wis_w5(step, d_model, warmup_steps, factor=1.0):
+    step = max(step, 1)
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'R', 'float32 arithmetic (label corrected: 1e-7 relative on a schedule value is right)')
+def wis_w6(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    s = torch.tensor(float(step))
+    return float(factor * torch.tensor(float(d_model)).rsqrt() * torch.minimum(s.rsqrt(), s * torch.tensor(float(warmup_steps)) ** -1.5))
+
+@A('warmup_inverse_sqrt_lr', 'W', 'the branch switches one step late (step <= warmup uses the ramp... off by one: < warmup-1)')
+def wis_w7(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    if step <= warmup_steps + 1:
+        return factor * d_model ** -0.5 * step * warmup_steps ** -1.5
+    return factor * d_model ** -0.5 * step ** -0.5
+
+@A('warmup_cosine_lr', 'R', 'cosine written as final + (peak - final) * ...')
+def wc_r1(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    if step >= total_steps: return final_fraction * peak_lr
+    prog = (step - warmup_steps) / (total_steps - warmup_steps)
+    lo = final_fraction * peak_lr
+    return lo + (peak_lr - lo) * (1 + math.cos(math.pi * prog)) / 2
+
+@A('warmup_cosine_lr', 'W', 'cos^2 form, unguarded 1/(total-warmup) (label corrected: warmup == total is announced)')
+def wc_r2(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return step / warmup_steps * peak_lr
+    prog = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * math.cos(math.pi * prog / 2) ** 2)
+
+@A('warmup_cosine_lr', 'W', 'torch lerp, 0/0 when warmup == total (label corrected: announced case)')
+def wc_r3(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * (step / warmup_steps)
+    prog = torch.tensor(min(step, total_steps) - warmup_steps, dtype=torch.float64) / (total_steps - warmup_steps)
+    c = 0.5 * (1 + torch.cos(math.pi * prog))
+    return float(torch.lerp(torch.tensor(final_fraction * peak_lr, dtype=torch.float64), torch.tensor(float(peak_lr), dtype=torch.float64), c))
+
+@A('warmup_cosine_lr', 'R', 'warm-up uses <: the cosine branch gives peak_lr at warmup too (label corrected)')
+def wc_w1(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step < warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'no clamp after total_steps (cosine comes back up)')
+def wc_w2(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'decays to 0 (final_fraction ignored)')
+def wc_w3(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * 0.5 * (1 + math.cos(math.pi * prog))
+
+@A('warmup_cosine_lr', 'W', 'progress over total_steps, not total - warmup')
+def wc_w4(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / total_steps)
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'warm-up from step-1 (0 at step 1)')
+def wc_w5(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * max(0, step - 1) / max(1, warmup_steps - 1) if warmup_steps > 1 else peak_lr * step
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'full cosine period (cos(2 pi p))')
+def wc_w6(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(2 * math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'final_fraction default 0.0')
+def wc_w7(step, peak_lr, warmup_steps, total_steps, final_fraction=0.0):
+    return wc_r1(step, peak_lr, warmup_steps, total_steps, final_fraction)
+
+@A('warmup_cosine_lr', 'W', 'warmup == total crashes: divides by total - warmup unguarded for step > total')
+def wc_w8(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'R', 'cos^2 form, guarded when warmup == total')
+def wc_r2b(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return step / warmup_steps * peak_lr
+    if step >= total_steps: return final_fraction * peak_lr
+    prog = (step - warmup_steps) / (total_steps - warmup_steps)
+    return peak_lr * (final_fraction + (1 - final_fraction) * math.cos(math.pi * prog / 2) ** 2)
+
+@A('warmup_cosine_lr', 'R', 'torch float64 lerp, guarded')
+def wc_r3b(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * (step / warmup_steps)
+    if step >= total_steps: return final_fraction * peak_lr
+    prog = torch.tensor(step - warmup_steps, dtype=torch.float64) / (total_steps - warmup_steps)
+    c = 0.5 * (1 + torch.cos(math.pi * prog))
+    return float(torch.lerp(torch.tensor(final_fraction * peak_lr, dtype=torch.float64), torch.tensor(float(peak_lr), dtype=torch.float64), c))
+
+@A('warmup_cosine_lr', 'W', 'lr at step 0 is peak_lr/warmup (steps from 0 in the ramp)')
+def wc_w9(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    return wc_r1(step + 1 if step < warmup_steps else step, peak_lr, warmup_steps, total_steps, final_fraction)

@@ -809,3 +809,202 @@ def wc_r3b(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
 @A('warmup_cosine_lr', 'W', 'lr at step 0 is peak_lr/warmup (steps from 0 in the ramp)')
 def wc_w9(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
     return wc_r1(step + 1 if step < warmup_steps else step, peak_lr, warmup_steps, total_steps, final_fraction)
+
+# ================================ 10 shift_right ================================================
+@A('shift_right', 'R', 'narrow')
+def sr_r1(tgt):
+    L = tgt.size(1)
+    return tgt.narrow(1, 0, L - 1), tgt.narrow(1, 1, L - 1)
+
+@A('shift_right', 'R', 'index_select with arange, labels via roll')
+def sr_r2(tgt):
+    idx = torch.arange(tgt.size(1) - 1, device=tgt.device)
+    return tgt.index_select(1, idx), torch.roll(tgt, -1, dims=1)[:, :-1]
+
+@A('shift_right', 'R', 'transpose, slice rows, transpose back, cloned')
+def sr_r3(tgt):
+    t = tgt.T
+    return t[:-1].T.clone(), t[1:].T.clone()
+
+@A('shift_right', 'W', 'slices the batch axis')
+def sr_w1(tgt):
+    return tgt[:-1], tgt[1:]
+
+@A('shift_right', 'W', 'input and labels swapped')
+def sr_w2(tgt):
+    return tgt[:, 1:], tgt[:, :-1]
+
+@A('shift_right', 'W', '<eos> replaced by <pad> in the decoder input')
+def sr_w3(tgt):
+    inp = tgt[:, :-1].clone(); inp[inp == 2] = 0
+    return inp, tgt[:, 1:]
+
+@A('shift_right', 'W', 'roll over the batch axis for the labels')
+def sr_w4(tgt):
+    return tgt[:, :-1], torch.roll(tgt, -1, dims=0)[:, :-1]
+
+@A('shift_right', 'W', 'cast to int32')
+def sr_w5(tgt):
+    return tgt[:, :-1].int(), tgt[:, 1:].int()
+
+@A('shift_right', 'W', 'trailing all-pad columns trimmed')
+def sr_w6(tgt):
+    keep = int((tgt != 0).any(0).nonzero().max()) + 1
+    t = tgt[:, :max(keep, 2)]
+    return t[:, :-1], t[:, 1:]
+
+@A('shift_right', 'W', 'labels: <pad> turned into -100')
+def sr_w7(tgt):
+    lab = tgt[:, 1:].clone(); lab[lab == 0] = -100
+    return tgt[:, :-1], lab
+
+@A('shift_right', 'W', 'flatten then cut (mixes rows)')
+def sr_w8(tgt):
+    f = tgt.reshape(-1)
+    return f[:-tgt.size(0)].reshape(tgt.size(0), -1), f[tgt.size(0):].reshape(tgt.size(0), -1)
+
+# ================================ 10 forward ====================================================
+@A('forward', 'R', 'two halves, keyword arguments')
+def fw_r1(params, src, tgt_in, config, training=False):
+    memory, src_mask = encode_source(params, src, config, training=training)
+    return decode_target(params, tgt_in, memory, src_mask, config, training=training)
+
+@A('forward', 'R', 'tuple unpacking through *')
+def fw_r2(params, src, tgt_in, config, training=False):
+    return decode_target(params, tgt_in, *encode_source(params, src, config, training), config, training)
+
+@A('forward', 'R', 'rebuilds src_mask with padding_mask (same as encode_source\'s)')
+def fw_r3(params, src, tgt_in, config, training=False):
+    memory, _ = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, padding_mask(src, 0), config, training)
+
+@A('forward', 'W', 'training flag dropped (always eval)')
+def fw_w1(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config)
+    return decode_target(params, tgt_in, memory, m, config)
+
+@A('forward', 'W', 'memory detached')
+def fw_w2(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory.detach(), m, config, training)
+
+@A('forward', 'W', 'encodes twice (second call draws other dropout masks)')
+def fw_w3(params, src, tgt_in, config, training=False):
+    _, m = encode_source(params, src, config, training)
+    memory, _ = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, m, config, training)
+
+@A('forward', 'W', 'training only for the decoder')
+def fw_w4(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config)
+    return decode_target(params, tgt_in, memory, m, config, training)
+
+@A('forward', 'W', 'no src mask: all-True mask')
+def fw_w5(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, torch.ones_like(m), config, training)
+
+@A('forward', 'W', 'under torch.no_grad')
+def fw_w6(params, src, tgt_in, config, training=False):
+    with torch.no_grad():
+        return fw_r1(params, src, tgt_in, config, training)
+
+@A('forward', 'W', 'decodes in reverse RNG order: decoder first on dummy memory? -> src mask from tgt')
+def fw_w7(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, padding_mask(src, 2), config, training)
+
+@A('forward', 'W', 'logits softmaxed (probabilities returned)')
+def fw_w8(params, src, tgt_in, config, training=False):
+    return fw_r1(params, src, tgt_in, config, training).log_softmax(-1)
+
+# ================================ 10 label_smoothed_cross_entropy ===============================
+@A('label_smoothed_cross_entropy', 'R', 'explicit smoothed target distribution, sum(-q log p)')
+def ls_r1(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    logp = logits.log_softmax(-1)
+    keep = labels != ignore_index
+    onehot = F.one_hot(labels.masked_fill(~keep, 0), V).to(logp.dtype)
+    q = onehot * (1 - smoothing) + smoothing / V
+    per = -(q * logp).sum(-1)
+    return (per * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'R', 'hand-written log_softmax via logsumexp, float32 inside for half')
+def ls_r2(logits, labels, smoothing, ignore_index=-100):
+    x = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    logp = x - torch.logsumexp(x, -1, keepdim=True)
+    keep = (labels != ignore_index).reshape(-1)
+    lp = logp.reshape(-1, x.size(-1))[keep]
+    lab = labels.reshape(-1)[keep]
+    nll = -lp[torch.arange(lab.numel()), lab]
+    smooth = -lp.mean(-1)
+    loss = ((1 - smoothing) * nll + smoothing * smooth).sum() / keep.sum()
+    return loss.to(logits.dtype)
+
+@A('label_smoothed_cross_entropy', 'R', 'F.nll_loss of log_softmax mixed with the mean log-prob')
+def ls_r3(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits.reshape(-1, V), dim=-1); lab = labels.reshape(-1)
+    nll = F.nll_loss(logp, lab, ignore_index=ignore_index)
+    keep = lab != ignore_index
+    uni = -(logp.sum(-1) / V * keep).sum() / keep.sum()
+    return (1 - smoothing) * nll + smoothing * uni
+
+@A('label_smoothed_cross_entropy', 'W', 'smoothing spread over V-1 other classes')
+def ls_w1(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1); logp = logits.log_softmax(-1); keep = labels != ignore_index
+    onehot = F.one_hot(labels.masked_fill(~keep, 0), V).to(logp.dtype)
+    q = onehot * (1 - smoothing) + (1 - onehot) * smoothing / (V - 1)
+    return (-(q * logp).sum(-1) * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'mean over all positions (ignored ones counted)')
+def ls_w2(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1); logp = logits.log_softmax(-1); keep = labels != ignore_index
+    onehot = F.one_hot(labels.masked_fill(~keep, 0), V).to(logp.dtype)
+    q = onehot * (1 - smoothing) + smoothing / V
+    return (-(q * logp).sum(-1) * keep).mean()
+
+@A('label_smoothed_cross_entropy', 'W', 'log(softmax) (underflows to -inf at extremes)')
+def ls_w3(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1); logp = torch.log(torch.softmax(logits, -1)); keep = labels != ignore_index
+    nll = -logp.gather(-1, labels.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    per = (1 - smoothing) * nll - smoothing * logp.mean(-1)
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'ignore by labels >= 0 (ignore_index not used)')
+def ls_w4(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1); logp = logits.log_softmax(-1); keep = labels >= 0
+    nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    per = (1 - smoothing) * nll - smoothing * logp.mean(-1)
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'F.cross_entropy (forbidden by the text)')
+def ls_w5(logits, labels, smoothing, ignore_index=-100):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), label_smoothing=smoothing, ignore_index=ignore_index)
+
+@A('label_smoothed_cross_entropy', 'W', 'smoothing only off the label (label keeps 1 - smoothing exactly)')
+def ls_w6(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1); logp = logits.log_softmax(-1); keep = labels != ignore_index
+    onehot = F.one_hot(labels.masked_fill(~keep, 0), V).to(logp.dtype)
+    q = onehot * (1 - smoothing) + (1 - onehot) * smoothing / V
+    return (-(q * logp).sum(-1) * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'ignored rows dropped by index, but all-ignored returns 0 instead of nan')
+def ls_w7(logits, labels, smoothing, ignore_index=-100):
+    keep = labels != ignore_index
+    if not keep.any(): return logits.sum() * 0
+    return ls_r1(logits, labels, smoothing, ignore_index)
+
+@A('label_smoothed_cross_entropy', 'W', 'log_softmax over axis 0')
+def ls_w8(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1); logp = logits.log_softmax(0); keep = labels != ignore_index
+    nll = -logp.gather(-1, labels.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    per = (1 - smoothing) * nll - smoothing * logp.mean(-1)
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'smoothed targets from the logits\' own float16 one_hot in half (target only)')
+def ls_w9(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1); logp = logits.log_softmax(-1); keep = labels != ignore_index
+    onehot = F.one_hot(labels.masked_fill(~keep, 0), V).to(torch.float16)
+    q = (onehot * (1 - smoothing) + smoothing / V).to(logp.dtype)
+    return (-(q * logp).sum(-1) * keep).sum() / keep.sum()

@@ -1008,3 +1008,270 @@ def ls_w9(logits, labels, smoothing, ignore_index=-100):
     onehot = F.one_hot(labels.masked_fill(~keep, 0), V).to(torch.float16)
     q = (onehot * (1 - smoothing) + smoothing / V).to(logp.dtype)
     return (-(q * logp).sum(-1) * keep).sum() / keep.sum()
+
+# ================================ b1 decoder_block ==============================================
+@A('decoder_block', 'R', 'einsum mha + own LN (f32 inside), causal mask built with tril')
+def db_r1(x, block, num_heads, mask=None):
+    if mask is None:
+        L = x.size(1)
+        mask = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+    n1, n2 = block['norm1'], block['norm2']
+    x = x + my_mha(my_ln(x, n1['gamma'], n1['beta']), my_ln(x, n1['gamma'], n1['beta']), block['attention'], num_heads, mask)
+    return x + my_ffn(my_ln(x, n2['gamma'], n2['beta']), block['ffn'])
+
+@A('decoder_block', 'R', 'float64 inside, cast back')
+def db_r2(x, block, num_heads, mask=None):
+    b = tensors_map(block, lambda t: t.double() if t.is_floating_point() else t)
+    h = x.double()
+    m = causal_mask(x.size(1)) if mask is None else mask
+    a = ln(h, b['norm1'])
+    h = h + mha(a, a, b['attention'], num_heads, m)
+    return (h + feed_forward(ln(h, b['norm2']), b['ffn'])).to(x.dtype)
+
+@A('decoder_block', 'R', 'F.layer_norm + library attention, mask from triu(1) negated')
+def db_r3(x, block, num_heads, mask=None):
+    D = x.size(-1); L = x.size(1)
+    if mask is None:
+        mask = ~torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
+    a = F.layer_norm(x, (D,), block['norm1']['gamma'], block['norm1']['beta'])
+    x = x + multi_head_attention(a, a, a, block['attention'], num_heads, mask)[0]
+    return x + feed_forward(F.layer_norm(x, (D,), block['norm2']['gamma'], block['norm2']['beta']), block['ffn'])
+
+@A('decoder_block', 'W', 'Post-LN')
+def db_w1(x, block, num_heads, mask=None):
+    m = causal_mask(x.size(1)) if mask is None else mask
+    x = ln(x + mha(x, x, block['attention'], num_heads, m), block['norm1'])
+    return ln(x + feed_forward(x, block['ffn']), block['norm2'])
+
+@A('decoder_block', 'W', 'mask=None means no mask (not causal)')
+def db_w2(x, block, num_heads, mask=None):
+    a = ln(x, block['norm1'])
+    x = x + mha(a, a, block['attention'], num_heads, mask)
+    return x + feed_forward(ln(x, block['norm2']), block['ffn'])
+
+@A('decoder_block', 'W', 'a passed mask is ANDed with causal (text: used as it is)')
+def db_w3(x, block, num_heads, mask=None):
+    c = causal_mask(x.size(1))
+    m = c if mask is None else (mask & c)
+    a = ln(x, block['norm1'])
+    x = x + mha(a, a, block['attention'], num_heads, m)
+    return x + feed_forward(ln(x, block['norm2']), block['ffn'])
+
+@A('decoder_block', 'W', 'causal mask from causal_mask(x.size(-1)) (D, not L)')
+def db_w4(x, block, num_heads, mask=None):
+    L = x.size(1)
+    m = causal_mask(x.size(-1))[..., :L, :L] if mask is None else mask
+    a = ln(x, block['norm1'])
+    x = x + mha(a, a, block['attention'], num_heads, m)
+    return x + feed_forward(ln(x, block['norm2']), block['ffn'])
+
+@A('decoder_block', 'W', 'FFN reads the normalised attention input (stale h)')
+def db_w5(x, block, num_heads, mask=None):
+    m = causal_mask(x.size(1)) if mask is None else mask
+    a = ln(x, block['norm1'])
+    x = x + mha(a, a, block['attention'], num_heads, m)
+    return x + feed_forward(ln(a, block['norm2']), block['ffn'])
+
+@A('decoder_block', 'W', 'mask built upper-triangular (tril transposed)')
+def db_w6(x, block, num_heads, mask=None):
+    L = x.size(1)
+    m = torch.ones(L, L, dtype=torch.bool).triu() if mask is None else mask
+    a = ln(x, block['norm1'])
+    x = x + mha(a, a, block['attention'], num_heads, m)
+    return x + feed_forward(ln(x, block['norm2']), block['ffn'])
+
+@A('decoder_block', 'R', 'mask cached in a module global, sliced (label corrected: a slice of a causal mask is causal)')
+def db_w7(x, block, num_heads, mask=None, _c={}):
+    if mask is None:
+        if 'm' not in _c: _c['m'] = causal_mask(x.size(1))
+        L = x.size(1); m = _c['m']
+        m = m[..., :L, :L] if m.size(-1) >= L else causal_mask(L)
+    else:
+        m = mask
+    a = ln(x, block['norm1'])
+    x = x + mha(a, a, block['attention'], num_heads, m)
+    return x + feed_forward(ln(x, block['norm2']), block['ffn'])
+
+@A('decoder_block', 'W', 'own LN with var over the batch-and-length axes (dim=(1,2))')
+def db_w8(x, block, num_heads, mask=None):
+    def n(t, p):
+        mu = t.mean(-1, keepdim=True); var = t.var((1, 2), keepdim=True, unbiased=False)
+        return (t - mu) / torch.sqrt(var + 1e-5) * p['gamma'] + p['beta']
+    m = causal_mask(x.size(1)) if mask is None else mask
+    a = n(x, block['norm1'])
+    x = x + mha(a, a, block['attention'], num_heads, m)
+    return x + feed_forward(n(x, block['norm2']), block['ffn'])
+
+generics('decoder_block', db_r3, ['mutate', 'counter'])
+
+# ================================ b1 lm_forward =================================================
+@A('lm_forward', 'R', 'my own decoder block in a loop, gather for the embedding')
+def lf_r1(params, ids, config):
+    E = params['token_embedding']; B, L = ids.shape
+    x = E.index_select(0, ids.reshape(-1)).view(B, L, -1) * math.sqrt(E.size(1)) + params['position_embedding'][:L]
+    for blk in params['blocks']:
+        x = db_r1(x, blk, config.num_heads)
+    fn = params['final_norm']
+    return my_ln(x, fn['gamma'], fn['beta']) @ E.T
+
+@A('lm_forward', 'R', 'library decoder_block, F.embedding, einsum tied output')
+def lf_r2(params, ids, config):
+    from tfmlib import decoder_block
+    E = params['token_embedding']
+    x = F.embedding(ids, E) * E.size(1) ** 0.5 + params['position_embedding'][:ids.size(1)].unsqueeze(0)
+    for blk in params['blocks']:
+        x = decoder_block(x, blk, config.num_heads)
+    h = ln(x, params['final_norm'])
+    return torch.einsum('bld,vd->blv', h, E)
+
+@A('lm_forward', 'R', 'embed() and positions via position ids, float64 blocks, cast back')
+def lf_r3(params, ids, config):
+    E = params['token_embedding']
+    pos = torch.arange(ids.size(1), device=ids.device)
+    x = embed(ids, E) + params['position_embedding'][pos]
+    for blk in params['blocks']:
+        x = db_r2(x, blk, config.num_heads)
+    return linear(ln(x, params['final_norm']), E)
+
+def _lm(params, ids, config, scale=True, pos_off=0, final=True, mask='causal'):
+    E = params['token_embedding']; L = ids.size(1)
+    x = E[ids] * (math.sqrt(E.size(1)) if scale is True else scale) + params['position_embedding'][pos_off:pos_off + L]
+    m = causal_mask(L) if mask == 'causal' else mask
+    for blk in params['blocks']:
+        x = db_r3(x, blk, config.num_heads, m)
+    if final: x = ln(x, params['final_norm'])
+    return x @ E.T
+
+A('lm_forward', 'W', 'no sqrt(D) scaling')(lambda p, i, c: _lm(p, i, c, scale=1.0))
+A('lm_forward', 'W', 'positions start at 1')(lambda p, i, c: _lm(p, i, c, pos_off=1) if i.size(1) < c.max_len else _lm(p, i, c))
+A('lm_forward', 'W', 'final LayerNorm left out')(lambda p, i, c: _lm(p, i, c, final=False))
+A('lm_forward', 'W', 'no causal mask (all-True)')(lambda p, i, c: _lm(p, i, c, mask=torch.ones(1, 1, i.size(1), i.size(1), dtype=torch.bool)))
+A('lm_forward', 'W', 'scaled by sqrt(V) instead of sqrt(D)')(lambda p, i, c: _lm(p, i, c, scale=math.sqrt(c.vocab_size)))
+
+@A('lm_forward', 'W', 'every block reads the embeddings')
+def lf_w6(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x0 = embed(ids, E) + params['position_embedding'][:L]; x = x0
+    for blk in params['blocks']: x = db_r3(x0, blk, config.num_heads)
+    return ln(x, params['final_norm']) @ E.T
+
+@A('lm_forward', 'W', 'position table added in place into the parameter (+=)')
+def lf_w7(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E)
+    with torch.no_grad():
+        x += params['position_embedding'][:L]
+    for blk in params['blocks']: x = db_r3(x, blk, config.num_heads)
+    return ln(x, params['final_norm']) @ E.T
+
+@A('lm_forward', 'W', 'output layer uses the position table (wrong tie) when shapes allow')
+def lf_w8(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][:L]
+    for blk in params['blocks']: x = db_r3(x, blk, config.num_heads)
+    P = params['position_embedding']
+    W = P[:E.size(0)] if P.size(0) >= E.size(0) else E
+    return ln(x, params['final_norm']) @ W.T
+
+# ================================ b1 lm_loss ====================================================
+@A('lm_loss', 'R', 'own log_softmax + gather, my lm_forward')
+def ll_r1(params, ids, config):
+    logits = lf_r1(params, ids[:, :-1], config)
+    x = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    logp = x - x.logsumexp(-1, keepdim=True)
+    return (-logp.gather(-1, ids[:, 1:].unsqueeze(-1)).mean()).to(logits.dtype)
+
+@A('lm_loss', 'R', 'mean of the per-sequence means (all sequences have the same length)')
+def ll_r2(params, ids, config):
+    from tfmlib import lm_forward
+    logits = lm_forward(params, ids[:, :-1], config)
+    nll = -logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
+    return nll.mean(1).mean(0)
+
+@A('lm_loss', 'W', 'F.nll_loss, .float() inside also for float64 (label corrected: my bug, float64 loses precision)')
+def ll_r3(params, ids, config):
+    from tfmlib import lm_forward
+    logits = lm_forward(params, ids[:, :-1], config)
+    V = logits.size(-1)
+    return F.nll_loss(logits.reshape(-1, V).float().log_softmax(-1), ids[:, 1:].reshape(-1)).to(logits.dtype)
+
+def _ll(params, ids, config, inp=None, tgt=None, red='mean', dim=-1):
+    from tfmlib import lm_forward
+    inp = ids[:, :-1] if inp is None else inp
+    tgt = ids[:, 1:] if tgt is None else tgt
+    logits = lm_forward(params, inp, config)
+    lp = logits.log_softmax(dim).gather(-1, tgt.unsqueeze(-1))
+    return -lp.sum() if red == 'sum' else -lp.mean()
+
+A('lm_loss', 'W', 'targets not shifted (predicts the input token)')(lambda p, i, c: _ll(p, i, c, tgt=i[:, :-1]))
+A('lm_loss', 'W', 'sum instead of mean')(lambda p, i, c: _ll(p, i, c, red='sum'))
+A('lm_loss', 'W', 'log_softmax over the length axis')(lambda p, i, c: _ll(p, i, c, dim=1))
+A('lm_loss', 'W', 'inputs ids[:, 1:], targets ids[:, :-1] (backwards)')(lambda p, i, c: _ll(p, i, c, inp=i[:, 1:], tgt=i[:, :-1]))
+
+@A('lm_loss', 'W', 'runs the model on all L+1 tokens and drops the last row (crashes at max_len+1)')
+def ll_w5(params, ids, config):
+    from tfmlib import lm_forward
+    logits = lm_forward(params, ids, config)[:, :-1]
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+
+@A('lm_loss', 'W', 'perplexity returned (exp of the loss)')
+def ll_w6(params, ids, config):
+    return _ll(params, ids, config).exp()
+
+@A('lm_loss', 'W', 'only the last position scored')
+def ll_w7(params, ids, config):
+    from tfmlib import lm_forward
+    logits = lm_forward(params, ids[:, :-1], config)[:, -1]
+    return F.cross_entropy(logits, ids[:, -1])
+
+@A('lm_loss', 'W', 'ignores token 0 as padding (the text has no padding)')
+def ll_w8(params, ids, config):
+    from tfmlib import lm_forward
+    logits = lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), ignore_index=0)
+
+@A('lm_loss', 'W', 'label smoothing 0.1 added')
+def ll_w9(params, ids, config):
+    from tfmlib import lm_forward
+    logits = lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), label_smoothing=0.1)
+
+@A('lm_loss', 'R', 'F.nll_loss, float32 inside only for half inputs')
+def ll_r3b(params, ids, config):
+    from tfmlib import lm_forward
+    logits = lm_forward(params, ids[:, :-1], config)
+    V = logits.size(-1)
+    x = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    return F.nll_loss(x.reshape(-1, V).log_softmax(-1), ids[:, 1:].reshape(-1)).to(logits.dtype)
+
+@A('decoder_block', 'W', 'remembers the first mask passed and uses it as the default')
+def db_w9(x, block, num_heads, mask=None, _c={}):
+    if mask is not None and 'm' not in _c: _c['m'] = mask
+    m = mask if mask is not None else _c.get('m', causal_mask(x.size(1)))
+    if m.size(-1) != x.size(1): m = causal_mask(x.size(1))
+    a = ln(x, block['norm1'])
+    x = x + mha(a, a, block['attention'], num_heads, m)
+    return x + feed_forward(ln(x, block['norm2']), block['ffn'])
+
+_CAUSAL32 = causal_mask(32)      # the notebook's max_len, built once "for speed"
+@A('lm_forward', 'W', 'module-level causal_mask(32) sliced to L (breaks for L > 32)')
+def lf_w9(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][:L]
+    m = _CAUSAL32[..., :L, :L]
+    for blk in params['blocks']: x = db_r3(x, blk, config.num_heads, m)
+    return ln(x, params['final_norm']) @ E.T
+
+@A('lm_loss', 'W', 'module-level causal_mask(32) (breaks for windows past 33 tokens)')
+def ll_w10(params, ids, config):
+    logits = lf_w9(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+
+@A('lm_forward', 'W', 'positions from a module table of 32 rows cut from the first call\'s params')
+def lf_w10(params, ids, config, _c={}):
+    if 'P' not in _c: _c['P'] = params['position_embedding']
+    P = _c['P'] if _c['P'].shape == params['position_embedding'].shape and _c['P'].dtype == params['position_embedding'].dtype else params['position_embedding']
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + P[:L]
+    for blk in params['blocks']: x = db_r3(x, blk, config.num_heads)
+    return ln(x, params['final_norm']) @ E.T

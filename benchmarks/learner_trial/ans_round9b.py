@@ -1275,3 +1275,483 @@ def lf_w10(params, ids, config, _c={}):
     x = embed(ids, E) + P[:L]
     for blk in params['blocks']: x = db_r3(x, blk, config.num_heads)
     return ln(x, params['final_norm']) @ E.T
+
+# ================================ b2 next_token_probs ===========================================
+@A('next_token_probs', 'R', 'hand softmax: exp(z - max) / sum')
+def nt_r1(logits, temperature=1.0):
+    z = logits / temperature
+    e = torch.exp(z - z.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+@A('next_token_probs', 'R', 'float32 inside for half, cast back; multiply by 1/T')
+def nt_r2(logits, temperature=1.0):
+    x = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    return torch.softmax(x * (1.0 / temperature), dim=-1).to(logits.dtype)
+
+@A('next_token_probs', 'R', 'exp(log_softmax)')
+def nt_r3(logits, temperature=1.0):
+    return torch.log_softmax(logits / temperature, -1).exp()
+
+@A('next_token_probs', 'R', 'softmax on a 2-D view, reshaped back')
+def nt_r4(logits, temperature=1.0):
+    V = logits.size(-1)
+    return F.softmax(logits.reshape(-1, V) / temperature, dim=1).reshape(logits.shape)
+
+@A('next_token_probs', 'W', 'temperature applied after the softmax')
+def nt_w1(logits, temperature=1.0):
+    return torch.softmax(logits, -1) / temperature
+
+@A('next_token_probs', 'W', 'softmax over axis 0')
+def nt_w2(logits, temperature=1.0):
+    return torch.softmax(logits / temperature, 0)
+
+@A('next_token_probs', 'W', 'multiplied by T')
+def nt_w3(logits, temperature=1.0):
+    return torch.softmax(logits * temperature, -1)
+
+@A('next_token_probs', 'W', 'hand softmax without max subtraction (overflow)')
+def nt_w4(logits, temperature=1.0):
+    e = torch.exp(logits / temperature)
+    return e / e.sum(-1, keepdim=True)
+
+@A('next_token_probs', 'W', 'p^(1/T) renormalised (underflows at extremes)')
+def nt_w5(logits, temperature=1.0):
+    p = torch.softmax(logits, -1) ** (1.0 / temperature)
+    return p / p.sum(-1, keepdim=True)
+
+@A('next_token_probs', 'W', 'default temperature 0.7')
+def nt_w6(logits, temperature=0.7):
+    return torch.softmax(logits / temperature, -1)
+
+@A('next_token_probs', 'W', 'logits divided in place')
+def nt_w7(logits, temperature=1.0):
+    logits /= temperature
+    return torch.softmax(logits, -1)
+
+@A('next_token_probs', 'W', 'temperature clamped to >= 0.05 for safety')
+def nt_w8(logits, temperature=1.0):
+    return torch.softmax(logits / max(temperature, 0.05), -1)
+
+@A('next_token_probs', 'W', 'softmax over dim=1 (right only for 2-D logits)')
+def nt_w9(logits, temperature=1.0):
+    return torch.softmax(logits / temperature, 1 if logits.dim() > 1 else 0)
+
+# ================================ b2 top_k_filter ===============================================
+@A('top_k_filter', 'R', 'sort descending, k-th value, where')
+def tk_r1(logits, k):
+    k = min(k, logits.size(-1))
+    kth = logits.sort(-1, descending=True).values[..., k - 1:k]
+    return torch.where(logits >= kth, logits, torch.full_like(logits, float('-inf')))
+
+@A('top_k_filter', 'R', 'kthvalue of the negated logits')
+def tk_r2(logits, k):
+    V = logits.size(-1)
+    if k >= V: return logits.clone()
+    kth = -(-logits).kthvalue(k, dim=-1, keepdim=True).values
+    return logits.masked_fill(logits < kth, float('-inf'))
+
+@A('top_k_filter', 'R', 'python loop over rows of a 2-D view')
+def tk_r3(logits, k):
+    V = logits.size(-1); flat = logits.reshape(-1, V); out = flat.clone()
+    for r in range(flat.size(0)):
+        row = flat[r]
+        kth = sorted(row.tolist(), reverse=True)[min(k, V) - 1]
+        out[r][row < kth] = float('-inf')
+    return out.reshape(logits.shape)
+
+@A('top_k_filter', 'R', 'count of strictly larger logits < k')
+def tk_r4(logits, k):
+    larger = (logits.unsqueeze(-1) < logits.unsqueeze(-2)).sum(-1)   # how many beat each logit
+    return logits.masked_fill(larger >= k, float('-inf'))
+
+@A('top_k_filter', 'W', 'topk indices scattered (drops ties)')
+def tk_w1(logits, k):
+    k = min(k, logits.size(-1))
+    idx = logits.topk(k, -1).indices
+    out = torch.full_like(logits, float('-inf'))
+    return out.scatter(-1, idx, logits.gather(-1, idx))
+
+@A('top_k_filter', 'W', 'k > V crashes (no min)')
+def tk_w2(logits, k):
+    kth = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float('-inf'))
+
+@A('top_k_filter', 'W', '<= drops the k-th')
+def tk_w3(logits, k):
+    k = min(k, logits.size(-1))
+    kth = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(logits <= kth, float('-inf'))
+
+@A('top_k_filter', 'W', 'in-place masked_fill_ on the input')
+def tk_w4(logits, k):
+    k = min(k, logits.size(-1))
+    kth = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill_(logits < kth, float('-inf'))
+
+@A('top_k_filter', 'W', 'fills -1e9 instead of -inf')
+def tk_w5(logits, k):
+    k = min(k, logits.size(-1))
+    kth = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(logits < kth, -1e9)
+
+@A('top_k_filter', 'W', 'k-th largest over the whole tensor (not per row)')
+def tk_w6(logits, k):
+    k = min(k, logits.size(-1))
+    kth = logits.reshape(-1).topk(k).values[-1]
+    return logits.masked_fill(logits < kth, float('-inf'))
+
+@A('top_k_filter', 'W', 'k-th largest taken with sort ascending (k-th smallest)')
+def tk_w7(logits, k):
+    k = min(k, logits.size(-1))
+    kth = logits.sort(-1).values[..., -k:-k + 1] if k > 1 else logits.amax(-1, keepdim=True)
+    kth = logits.sort(-1).values[..., k - 1:k]
+    return logits.masked_fill(logits < kth, float('-inf'))
+
+@A('top_k_filter', 'W', 'fills finfo.min instead of -inf')
+def tk_w8(logits, k):
+    k = min(k, logits.size(-1))
+    kth = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
+
+@A('top_k_filter', 'W', 'rows counted over axis 0 for 2-D input (topk dim=0)')
+def tk_w9(logits, k):
+    d = 0 if logits.dim() == 2 and logits.size(0) >= k else -1
+    kk = min(k, logits.size(d))
+    kth = logits.topk(kk, d).values.narrow(d, kk - 1, 1)
+    return logits.masked_fill(logits < kth, float('-inf'))
+
+# ================================ b2 top_p_filter ===============================================
+@A('top_p_filter', 'R', 'library algorithm but cumsum in float64 (text: sum to at least p)')
+def tp_r1(logits, p):
+    s = logits.sort(-1, descending=True).values
+    probs = torch.softmax(s.double(), -1)
+    before = probs.cumsum(-1) - probs
+    kept = before < p
+    thr = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_p_filter', 'R', 'python loop per row, running sum in the logits dtype')
+def tp_r2(logits, p):
+    V = logits.size(-1); flat = logits.reshape(-1, V); out = flat.clone()
+    for r in range(flat.size(0)):
+        row = flat[r]
+        vals, order = row.sort(descending=True)
+        pr = torch.softmax(vals, -1)
+        total = torch.zeros((), dtype=row.dtype); last = vals[0]
+        for j in range(V):
+            if total < p:
+                last = vals[j]; total = total + pr[j]
+            else:
+                break
+        out[r][row < last] = float('-inf')
+    return out.reshape(logits.shape)
+
+@A('top_p_filter', 'R', 'exclusive cumsum via cat of zeros, unsorted back with scatter')
+def tp_r3(logits, p):
+    s, idx = logits.sort(-1, descending=True)
+    pr = torch.softmax(s, -1)
+    excl = torch.cat([torch.zeros_like(pr[..., :1]), pr.cumsum(-1)[..., :-1]], -1)
+    keep_sorted = excl < p
+    thr = torch.where(keep_sorted, s, torch.full_like(s, float('inf'))).amin(-1, keepdim=True)
+    keep = logits >= thr
+    return torch.where(keep, logits, torch.full_like(logits, float('-inf')))
+
+@A('top_p_filter', 'R', 'probabilities computed unsorted, sorted probabilities walk')
+def tp_r4(logits, p):
+    pr = torch.softmax(logits, -1)
+    sp, idx = pr.sort(-1, descending=True)
+    before = sp.cumsum(-1) - sp
+    n_keep = (before < p).sum(-1, keepdim=True)              # a prefix of the order
+    thr_logit = logits.gather(-1, idx).gather(-1, n_keep - 1)
+    return logits.masked_fill(logits < thr_logit, float('-inf'))
+
+@A('top_p_filter', 'W', 'keeps cumsum <= p (drops the token that reaches p)')
+def tp_w1(logits, p):
+    s = logits.sort(-1, descending=True).values
+    cs = torch.softmax(s, -1).cumsum(-1)
+    kept = cs <= p; kept[..., 0] = True
+    thr = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_p_filter', 'W', 'scatter back by index (ties at the cut dropped)')
+def tp_w2(logits, p):
+    s, idx = logits.sort(-1, descending=True)
+    pr = torch.softmax(s, -1)
+    kept = (pr.cumsum(-1) - pr) < p
+    out_sorted = s.masked_fill(~kept, float('-inf'))
+    return torch.empty_like(logits).scatter(-1, idx, out_sorted)
+
+@A('top_p_filter', 'W', 'returns the logits in sorted order')
+def tp_w3(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = torch.softmax(s, -1)
+    return s.masked_fill((pr.cumsum(-1) - pr) >= p, float('-inf'))
+
+@A('top_p_filter', 'W', 'probabilities from the logits without softmax (assumes probs)')
+def tp_w4(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.clamp(min=0); pr = pr / pr.sum(-1, keepdim=True).clamp(min=1e-12)
+    kept = (pr.cumsum(-1) - pr) < p
+    thr = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_p_filter', 'W', 'sort ascending by mistake (keeps the least likely)')
+def tp_w5(logits, p):
+    s = logits.sort(-1).values
+    pr = torch.softmax(s, -1)
+    kept = (pr.cumsum(-1) - pr) < p
+    thr = s.masked_fill(~kept, float('-inf')).amax(-1, keepdim=True)
+    return logits.masked_fill(logits > thr, float('-inf'))
+
+@A('top_p_filter', 'W', '-inf rows: softmax NaN not handled? uses nan_to_num on the input first')
+def tp_w6(logits, p):
+    x = torch.nan_to_num(logits, neginf=-1e4)
+    s = x.sort(-1, descending=True).values
+    pr = torch.softmax(s, -1)
+    kept = (pr.cumsum(-1) - pr) < p
+    thr = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return x.masked_fill(x < thr, float('-inf'))
+
+@A('top_p_filter', 'W', 'always keeps at least 2 tokens')
+def tp_w7(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = torch.softmax(s, -1)
+    kept = (pr.cumsum(-1) - pr) < p; kept[..., :2] = True
+    thr = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_p_filter', 'W', 'mass before compared with <= p')
+def tp_w8(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = torch.softmax(s, -1)
+    kept = (pr.cumsum(-1) - pr) <= p
+    thr = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_p_filter', 'R', 'p == 1 short-cut returns the logits (label corrected: the text\'s set at p = 1 is every token)')
+def tp_w9(logits, p):
+    if p >= 1: return logits
+    return tp_r3(logits, p)
+
+# ================================ b2 cached_self_attention ======================================
+@A('cached_self_attention', 'R', 'library pieces, mask from position arithmetic')
+def ca_r1(x, params, num_heads, cache=None):
+    q, k, v = (split_heads(linear(x, params['w_' + c], params.get('b_' + c)), num_heads) for c in 'qkv')
+    if cache is not None:
+        k = torch.cat((cache['key'], k), 2); v = torch.cat((cache['value'], v), 2)
+    Ln, Lt = x.size(1), k.size(2)
+    qpos = torch.arange(Lt - Ln, Lt).unsqueeze(1); kpos = torch.arange(Lt).unsqueeze(0)
+    ctx, _ = scaled_dot_product_attention(q, k, v, kpos <= qpos)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'R', 'einsum, own softmax, float32 scores for half inputs')
+def ca_r2(x, params, num_heads, cache=None):
+    B, Ln, D = x.shape; H = num_heads; dk = D // H
+    proj = lambda c: my_lin(x, params['w_' + c], params.get('b_' + c)).view(B, Ln, H, dk).permute(0, 2, 1, 3)
+    q, k, v = proj('q'), proj('k'), proj('v')
+    if cache is not None:
+        k = torch.cat([cache['key'], k], dim=-2); v = torch.cat([cache['value'], v], dim=-2)
+    Lt = k.size(2)
+    mask = torch.ones(Ln, Lt, dtype=torch.bool).tril(Lt - Ln)
+    cd = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    s = torch.einsum('bhqd,bhkd->bhqk', q.to(cd), k.to(cd)) / math.sqrt(dk)
+    w = my_softmax_masked(s, mask)
+    ctx = torch.einsum('bhqk,bhkd->bhqd', w, v.to(cd)).to(x.dtype)
+    out = my_lin(ctx.permute(0, 2, 1, 3).reshape(B, Ln, D), params['w_o'], params.get('b_o'))
+    return out, {'key': k, 'value': v}
+
+@A('cached_self_attention', 'R', 'causal_mask of the total, last rows; new dict built with dict()')
+def ca_r3(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    past_k = cache['key'] if cache else k[:, :, :0]
+    past_v = cache['value'] if cache else v[:, :, :0]
+    k = torch.cat([past_k, k], 2); v = torch.cat([past_v, v], 2)
+    Lt = k.size(2)
+    m = causal_mask(Lt)[..., Lt - x.size(1):, :]
+    out = linear(merge_heads(scaled_dot_product_attention(q, k, v, m)[0]), params['w_o'], params.get('b_o'))
+    return out, dict(key=k, value=v)
+
+def _ca(x, params, num_heads, cache=None, variant=''):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        if variant == 'newfirst':
+            k = torch.cat([k, cache['key']], 2); v = torch.cat([v, cache['value']], 2)
+        else:
+            k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    Ln, Lt = x.size(1), k.size(2)
+    if variant == 'nomask': m = None
+    elif variant == 'toprows': m = causal_mask(Lt)[..., :Ln, :]
+    elif variant == 'newonly': m = torch.cat([torch.ones(Ln, Lt - Ln, dtype=torch.bool), causal_mask(Ln)[0, 0]], 1) if Ln > 1 else None
+    else: m = causal_mask(Lt)[..., -Ln:, :]
+    if variant == 'scaleD':
+        s = q @ k.transpose(-2, -1) / math.sqrt(x.size(-1))
+        s = s.masked_fill(~m, float('-inf'))
+        ctx = torch.softmax(s, -1) @ v
+    else:
+        ctx = scaled_dot_product_attention(q, k, v, m)[0]
+    out = linear(merge_heads(ctx), params['w_o'], params.get('b_o'))
+    if variant == 'mutate' and cache is not None:
+        cache['key'], cache['value'] = k, v
+        return out, cache
+    return out, {'key': k, 'value': v}
+
+A('cached_self_attention', 'W', 'no causal mask (new tokens see later new tokens)')(lambda x, p, h, cache=None: _ca(x, p, h, cache, 'nomask'))
+A('cached_self_attention', 'W', 'mask rows from the top of causal_mask(L_total)')(lambda x, p, h, cache=None: _ca(x, p, h, cache, 'toprows'))
+A('cached_self_attention', 'W', 'new keys before the cached ones')(lambda x, p, h, cache=None: _ca(x, p, h, cache, 'newfirst'))
+A('cached_self_attention', 'W', 'scores divided by sqrt(D) not sqrt(d_k)')(lambda x, p, h, cache=None: _ca(x, p, h, cache, 'scaleD'))
+A('cached_self_attention', 'W', 'updates the caller\'s cache dict in place and returns it')(lambda x, p, h, cache=None: _ca(x, p, h, cache, 'mutate'))
+
+@A('cached_self_attention', 'W', 'caches the projected keys before the bias')
+def ca_w6(x, params, num_heads, cache=None):
+    out, c = ca_r1(x, params, num_heads, cache)
+    Ln = x.size(1)
+    kb = params.get('b_k')
+    if kb is None: return out, c
+    newk = c['key'].clone()
+    newk[:, :, -Ln:] = split_heads(linear(x, params['w_k']), num_heads)
+    return out, {'key': newk, 'value': c['value']}
+
+@A('cached_self_attention', 'W', 'returned cache holds only the new keys')
+def ca_w7(x, params, num_heads, cache=None):
+    out, c = ca_r1(x, params, num_heads, cache)
+    Ln = x.size(1)
+    return out, {'key': c['key'][:, :, -Ln:], 'value': c['value'][:, :, -Ln:]}
+
+@A('cached_self_attention', 'W', 'own mask tril(Lt - Ln - 1) (off by one: a token cannot see itself)')
+def ca_w8(x, params, num_heads, cache=None):
+    q, k, v = (split_heads(linear(x, params['w_' + c], params.get('b_' + c)), num_heads) for c in 'qkv')
+    if cache is not None:
+        k = torch.cat((cache['key'], k), 2); v = torch.cat((cache['value'], v), 2)
+    Ln, Lt = x.size(1), k.size(2)
+    m = torch.ones(Ln, Lt, dtype=torch.bool).tril(Lt - Ln - 1)
+    ctx, _ = scaled_dot_product_attention(q, k, v, m)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+# ================================ b2 lm_step ====================================================
+def _lm_step(params, ids, config, caches=None, variant=''):
+    past = 0 if caches is None else caches[0]['key'].size(2)
+    start = {'restart': 0, 'nblocks': 0 if caches is None else len(caches)}.get(variant, past)
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][start:start + L]
+    new = [] if variant != 'inplace' or caches is None else caches
+    for i, blk in enumerate(params['blocks']):
+        h = ln(x, blk['norm1'])
+        a, c = ca_r1(h, blk['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(ln(x, blk['norm2']), blk['ffn'])
+        if variant == 'inplace' and caches is not None: new[i] = c
+        else: new.append(c)
+    if variant != 'nofinal': x = ln(x, params['final_norm'])
+    return x @ E.T, new
+
+@A('lm_step', 'R', 'my cached attention, positions by arange offset')
+def ls_step_r1(params, ids, config, caches=None):
+    past = 0 if not caches else caches[0]['key'].shape[-2]
+    E = params['token_embedding']
+    pos = torch.arange(past, past + ids.size(1))
+    x = E[ids] * math.sqrt(E.size(1)) + params['position_embedding'][pos]
+    out = []
+    for blk, c in zip(params['blocks'], caches if caches is not None else [None] * len(params['blocks'])):
+        a, nc = ca_r2(my_ln(x, blk['norm1']['gamma'], blk['norm1']['beta']), blk['attention'], config.num_heads, c)
+        x = x + a
+        x = x + my_ffn(my_ln(x, blk['norm2']['gamma'], blk['norm2']['beta']), blk['ffn'])
+        out.append(nc)
+    fn = params['final_norm']
+    return my_ln(x, fn['gamma'], fn['beta']) @ E.T, out
+
+@A('lm_step', 'R', 'library cached_self_attention, F.embedding, linear tied')
+def ls_step_r2(params, ids, config, caches=None):
+    from tfmlib import cached_self_attention
+    E = params['token_embedding']
+    past = caches[0]['value'].size(2) if caches is not None else 0
+    x = F.embedding(ids, E) * E.size(1) ** 0.5 + params['position_embedding'][past:past + ids.size(1)]
+    new = []
+    for i, blk in enumerate(params['blocks']):
+        a, c = cached_self_attention(ln(x, blk['norm1']), blk['attention'], config.num_heads,
+                                     caches[i] if caches is not None else None)
+        x = x + a
+        x = x + feed_forward(ln(x, blk['norm2']), blk['ffn'])
+        new.append(c)
+    return linear(ln(x, params['final_norm']), E), new
+
+@A('lm_step', 'R', 'float64 inside for the blocks, cast back, caches cast back too')
+def ls_step_r3(params, ids, config, caches=None):
+    dt = params['token_embedding'].dtype
+    p64 = tensors_map(params, lambda t: t.double() if t.is_floating_point() else t)
+    c64 = None if caches is None else tensors_map(caches, lambda t: t.double())
+    logits, new = _lm_step(p64, ids, config, c64)
+    return logits.to(dt), tensors_map(new, lambda t: t.to(dt))
+
+A('lm_step', 'W', 'positions restart at 0')(lambda p, i, c, caches=None: _lm_step(p, i, c, caches, 'restart'))
+A('lm_step', 'W', 'positions offset by the number of blocks')(lambda p, i, c, caches=None: _lm_step(p, i, c, caches, 'nblocks'))
+A('lm_step', 'W', 'final LayerNorm left out')(lambda p, i, c, caches=None: _lm_step(p, i, c, caches, 'nofinal'))
+A('lm_step', 'W', 'new caches written into the caller\'s list')(lambda p, i, c, caches=None: _lm_step(p, i, c, caches, 'inplace'))
+
+@A('lm_step', 'W', 'one cache shared by every block (caches[0])')
+def ls_step_w5(params, ids, config, caches=None):
+    past = 0 if caches is None else caches[0]['key'].size(2)
+    E = params['token_embedding']
+    x = embed(ids, E) + params['position_embedding'][past:past + ids.size(1)]
+    new = []
+    for blk in params['blocks']:
+        a, c = ca_r1(ln(x, blk['norm1']), blk['attention'], config.num_heads, None if caches is None else caches[0])
+        x = x + a + 0
+        x = x + feed_forward(ln(x, blk['norm2']), blk['ffn'])
+        new.append(c)
+    return ln(x, params['final_norm']) @ E.T, new
+
+@A('lm_step', 'W', 'caches hold the block input x, not the LayerNorm output (keys from x)')
+def ls_step_w6(params, ids, config, caches=None):
+    past = 0 if caches is None else caches[0]['key'].size(2)
+    E = params['token_embedding']
+    x = embed(ids, E) + params['position_embedding'][past:past + ids.size(1)]
+    new = []
+    for i, blk in enumerate(params['blocks']):
+        a, _ = ca_r1(ln(x, blk['norm1']), blk['attention'], config.num_heads, None if caches is None else caches[i])
+        _, c = ca_r1(x, blk['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(ln(x, blk['norm2']), blk['ffn'])
+        new.append(c)
+    return ln(x, params['final_norm']) @ E.T, new
+
+@A('lm_step', 'W', 'only the last position\'s logits returned (B, 1, V)')
+def ls_step_w7(params, ids, config, caches=None):
+    logits, new = _lm_step(params, ids, config, caches)
+    return logits[:, -1:], new
+
+@A('lm_step', 'W', 'embedding not scaled by sqrt(D)')
+def ls_step_w8(params, ids, config, caches=None):
+    E = params['token_embedding']
+    p2 = dict(params); p2['token_embedding'] = E
+    past = 0 if caches is None else caches[0]['key'].size(2)
+    x = E[ids] + params['position_embedding'][past:past + ids.size(1)]
+    new = []
+    for i, blk in enumerate(params['blocks']):
+        a, c = ca_r1(ln(x, blk['norm1']), blk['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(ln(x, blk['norm2']), blk['ffn'])
+        new.append(c)
+    return ln(x, params['final_norm']) @ E.T, new
+
+_CAUSAL32B = causal_mask(32)
+@A('lm_step', 'W', 'cached attention with a module-level causal_mask(32) (breaks past 32 tokens)')
+def ls_step_w9(params, ids, config, caches=None):
+    past = 0 if caches is None else caches[0]['key'].size(2)
+    E = params['token_embedding']; Ln = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][past:past + Ln]
+    new = []
+    for i, blk in enumerate(params['blocks']):
+        h = ln(x, blk['norm1']); p = blk['attention']
+        q, k, v = (split_heads(linear(h, p['w_' + c], p.get('b_' + c)), config.num_heads) for c in 'qkv')
+        if caches is not None:
+            k = torch.cat([caches[i]['key'], k], 2); v = torch.cat([caches[i]['value'], v], 2)
+        Lt = k.size(2)
+        m = _CAUSAL32B[..., Lt - Ln:Lt, :Lt]
+        x = x + linear(merge_heads(scaled_dot_product_attention(q, k, v, m)[0]), p['w_o'], p.get('b_o'))
+        x = x + feed_forward(ln(x, blk['norm2']), blk['ffn'])
+        new.append({'key': k, 'value': v})
+    return ln(x, params['final_norm']) @ E.T, new

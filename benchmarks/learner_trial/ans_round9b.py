@@ -1755,3 +1755,79 @@ def ls_step_w9(params, ids, config, caches=None):
         x = x + feed_forward(ln(x, blk['norm2']), blk['ffn'])
         new.append({'key': k, 'value': v})
     return ln(x, params['final_norm']) @ E.T, new
+
+# ================================ more: half-precision styles and generic mistakes ==============
+def ln_native(x, n, eps=1e-5):   # hand LayerNorm entirely in the input dtype
+    mu = x.mean(-1, keepdim=True); d = x - mu
+    return d / torch.sqrt((d * d).mean(-1, keepdim=True) + eps) * n['gamma'] + n['beta']
+
+@A('encoder_layer', 'R', 'hand LayerNorm in the input dtype (no upcast)')
+def el_r5(x, params, num_heads, mask=None):
+    h = ln_native(x + mha(x, x, params['self_attn'], num_heads, mask), params['norm1'])
+    return ln_native(h + feed_forward(h, params['ffn']), params['norm2'])
+
+@A('decoder_block', 'R', 'hand LayerNorm in the input dtype, einsum attention')
+def db_r4(x, block, num_heads, mask=None):
+    m = causal_mask(x.size(1)) if mask is None else mask
+    a = ln_native(x, block['norm1'])
+    x = x + my_mha(a, a, block['attention'], num_heads, m)
+    return x + my_ffn(ln_native(x, block['norm2']), block['ffn'])
+
+@A('next_token_probs', 'R', 'float64 inside, cast back')
+def nt_r5(logits, temperature=1.0):
+    return torch.softmax(logits.double() / temperature, -1).to(logits.dtype)
+
+@A('label_smoothed_cross_entropy', 'R', 'float64 inside for every dtype, cast back')
+def ls_r4(logits, labels, smoothing, ignore_index=-100):
+    return ls_r1(logits.double(), labels, smoothing, ignore_index).to(logits.dtype)
+
+@A('top_k_filter', 'R', 'threshold from topk(...).values.min(-1)')
+def tk_r5(logits, k):
+    thr = logits.topk(min(k, logits.size(-1)), -1).values.amin(-1, keepdim=True)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('encoder_layer', 'W', 'split heads with view(B, H, L, d_k) (no transpose)')
+def el_w10(x, params, num_heads, mask=None):
+    def att(t, p):
+        B, L, D = t.shape; H = num_heads; dk = D // H
+        q, k, v = (linear(t, p['w_' + c], p.get('b_' + c)).reshape(B, H, L, dk) for c in 'qkv')
+        ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+        return linear(ctx.reshape(B, L, D), p['w_o'], p.get('b_o'))
+    h = ln(x + att(x, params['self_attn']), params['norm1'])
+    return ln(h + feed_forward(h, params['ffn']), params['norm2'])
+
+@A('lm_step', 'W', 'past length read from the cache\'s last axis (d_k)')
+def ls_step_w10(params, ids, config, caches=None):
+    past = 0 if caches is None else caches[0]['key'].size(-1)
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][past:past + L]
+    new = []
+    for i, blk in enumerate(params['blocks']):
+        a, c = ca_r1(ln(x, blk['norm1']), blk['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(ln(x, blk['norm2']), blk['ffn'])
+        new.append(c)
+    return ln(x, params['final_norm']) @ E.T, new
+
+@A('next_token_probs', 'W', 'softmax(..., dtype=torch.float32) returned as float32')
+def nt_w10(logits, temperature=1.0):
+    return torch.softmax(logits / temperature, -1, dtype=torch.float32)
+
+generics('top_k_filter', tk_r1, ['f64', 'buffer'])
+generics('top_p_filter', tp_r3, ['shapecache', 'idcache'])
+generics('label_smoothed_cross_entropy', ls_r1, ['f32', 'counter'])
+generics('lm_step', ls_step_r2, ['idcache', 'shapecache'])
+generics('cached_self_attention', ca_r1, ['f64', 'counter'])
+A('shift_right', 'R', 'generic:buffer (label corrected: the wrapper leaves tuple outputs unchanged, so this is sr_r1)')(W_buffer(sr_r1))
+generics('shift_right', sr_r1, ['counter'])
+
+_srbuf = {}
+@A('shift_right', 'W', 'copies into two persistent buffers and returns views of them')
+def sr_w9(tgt):
+    B, L = tgt.shape
+    for k in ('i', 'l'):
+        if k not in _srbuf or _srbuf[k].numel() < B * (L - 1):
+            _srbuf[k] = torch.empty(4 * B * L, dtype=tgt.dtype)
+    i = _srbuf['i'][:B * (L - 1)].view(B, L - 1); i.copy_(tgt[:, :-1])
+    l = _srbuf['l'][:B * (L - 1)].view(B, L - 1); l.copy_(tgt[:, 1:])
+    return i, l

@@ -438,3 +438,401 @@ def pb_w7(id_lists, pad_id, max_len=None): return pb_r3(id_lists, 0, max_len)
 
 @A("pad_batch", "W", "float tensor (torch.tensor on padded lists with pad 0.)")
 def pb_w8(id_lists, pad_id, max_len=None): return pb_r3(id_lists, pad_id, max_len).float()
+
+# ---------------------------------------------------------------- 03 embeddings
+@A("embed", "R", "one-hot matmul, scale by D ** 0.5")
+def em_r1(token_ids, table, scale=True):
+    oh = F.one_hot(token_ids, table.size(0)).to(table.dtype)      # (B, L, V)
+    out = oh @ table
+    return out * table.size(1) ** 0.5 if scale else out
+
+@A("embed", "R", "index_select on flat ids, divide by 1/sqrt(D)")
+def em_r2(token_ids, table, scale=True):
+    out = table.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, table.size(1))
+    return out / (1 / math.sqrt(table.shape[-1])) if scale else out
+
+@A("embed", "R", "gather rows in float32 then cast back")
+def em_r3(token_ids, table, scale=True):
+    t = table.float()
+    out = torch.stack([t[i] for i in token_ids.reshape(-1).tolist()]).reshape(*token_ids.shape, -1) if token_ids.numel() else t[token_ids]
+    if scale: out = out * math.sqrt(table.size(1))
+    return out.to(table.dtype)
+
+@A("embed", "W", "int(sqrt(D)) scale")
+def em_w1(token_ids, table, scale=True):
+    out = table[token_ids]
+    return out * int(math.sqrt(table.size(1))) if scale else out
+
+@A("embed", "W", "scale by sqrt(V)")
+def em_w2(token_ids, table, scale=True):
+    out = table[token_ids]
+    return out * math.sqrt(table.size(0)) if scale else out
+
+@A("embed", "W", "scales even when scale=False")
+def em_w3(token_ids, table, scale=True): return table[token_ids] * math.sqrt(table.size(1))
+
+@A("embed", "W", "scales the table in place")
+def em_w4(token_ids, table, scale=True):
+    if scale:
+        with torch.no_grad(): table.mul_(math.sqrt(table.size(1)))
+    return table[token_ids].clone()
+
+@A("embed", "W", "divides by sqrt(D)")
+def em_w5(token_ids, table, scale=True):
+    out = table[token_ids]
+    return out / math.sqrt(table.size(1)) if scale else out
+
+@A("embed", "W", "returns float32 whatever the table dtype")
+def em_w6(token_ids, table, scale=True): return em_r2(token_ids, table, scale).float()
+
+@A("embed", "W", "scale computed in the table's dtype via torch.sqrt(tensor(D)) int -> error for ints")
+def em_w7(token_ids, table, scale=True):
+    out = table[token_ids]
+    return out * torch.sqrt(torch.tensor(float(table.size(1)), dtype=torch.bfloat16)) if scale else out
+
+def _pe64(max_len, d):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    ang = pos * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return ang
+
+@A("sinusoidal_positional_encoding", "R", "Annotated Transformer float32 exp(-log) form")
+def pe_r1(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(0, max_len).unsqueeze(1).float()
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+@A("sinusoidal_positional_encoding", "R", "plain Python math loops")
+def pe_r2(max_len, d_model):
+    rows = []
+    for pos in range(max_len):
+        row = []
+        for i in range(d_model // 2):
+            a = pos * 10000 ** (-2 * i / d_model)
+            row += [math.sin(a), math.cos(a)]
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float32)
+
+@A("sinusoidal_positional_encoding", "R", "stack(sin, cos).flatten in float64 then float32")
+def pe_r3(max_len, d_model):
+    ang = _pe64(max_len, d_model)
+    return torch.stack((ang.sin(), ang.cos()), dim=-1).flatten(1).float()
+
+@A("sinusoidal_positional_encoding", "R", "float32 angle pos / 10000 ** (2i/d) via torch.pow")
+def pe_r4(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+    denom = torch.pow(torch.tensor(10000.0), torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+    ang = pos / denom
+    return torch.stack((ang.sin(), ang.cos()), -1).reshape(max_len, d_model)
+
+@A("sinusoidal_positional_encoding", "W", "sin and cos swapped")
+def pe_w1(max_len, d_model):
+    ang = _pe64(max_len, d_model)
+    return torch.stack((ang.cos(), ang.sin()), dim=-1).flatten(1).float()
+
+@A("sinusoidal_positional_encoding", "W", "exponent uses the column index j, not 2i")
+def pe_w2(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    ang = pos * 10000.0 ** (-torch.arange(d_model, dtype=torch.float64) / d_model)
+    pe = ang.clone(); pe[:, 0::2] = ang[:, 0::2].sin(); pe[:, 1::2] = ang[:, 1::2].cos()
+    return pe.float()
+
+@A("sinusoidal_positional_encoding", "W", "sin half then cos half (concatenated)")
+def pe_w3(max_len, d_model):
+    ang = _pe64(max_len, d_model)
+    return torch.cat((ang.sin(), ang.cos()), dim=-1).float()
+
+@A("sinusoidal_positional_encoding", "W", "positions start at 1")
+def pe_w4(max_len, d_model):
+    ang = _pe64(max_len + 1, d_model)[1:]
+    return torch.stack((ang.sin(), ang.cos()), dim=-1).flatten(1).float()
+
+@A("sinusoidal_positional_encoding", "W", "returns float64")
+def pe_w5(max_len, d_model):
+    ang = _pe64(max_len, d_model)
+    return torch.stack((ang.sin(), ang.cos()), dim=-1).flatten(1)
+
+@A("sinusoidal_positional_encoding", "W", "lru_cache returns the same tensor object")
+@functools.lru_cache(maxsize=None)
+def pe_w6(max_len, d_model): return pe_r3(max_len, d_model)
+
+@A("sinusoidal_positional_encoding", "W", "angle in float16 (a half-precision habit)")
+def pe_w7(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float16)[:, None]
+    ang = (pos * 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model).half()).float()
+    return torch.stack((ang.sin(), ang.cos()), dim=-1).flatten(1)
+
+@A("sinusoidal_positional_encoding", "W", "base 1000")
+def pe_w8(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    ang = pos * 1000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.stack((ang.sin(), ang.cos()), dim=-1).flatten(1).float()
+
+@A("sinusoidal_positional_encoding", "W", "precomputed 512-row table sliced")
+def pe_w9(max_len, d_model, _t={}):
+    if d_model not in _t: _t[d_model] = pe_r3(512, d_model)
+    return _t[d_model][:max_len].clone()
+
+@A("add_positional_encoding", "R", "torch.add with narrow and unsqueeze")
+def ap_r1(x, pe): return torch.add(x, pe.narrow(0, 0, x.size(-2)).unsqueeze(0))
+
+@A("add_positional_encoding", "R", "loop over the batch and stack")
+def ap_r2(x, pe): return torch.stack([x[b] + pe[:x.shape[1]] for b in range(x.shape[0])]) if x.shape[0] else x + pe[:x.shape[1]]
+
+@A("add_positional_encoding", "R", "einsum with ones to broadcast pe over B")
+def ap_r3(x, pe):
+    sl = pe[: x.shape[1]]
+    return x + sl.expand_as(x)
+
+@A("add_positional_encoding", "W", "x += pe (in place)")
+def ap_w1(x, pe):
+    x += pe[: x.size(1)]
+    return x
+
+@A("add_positional_encoding", "W", "slices by the batch size")
+def ap_w2(x, pe): return x + pe[: x.size(0)].unsqueeze(1)[:, :, :] if x.size(0) != x.size(1) else x + pe[: x.size(0)]
+
+@A("add_positional_encoding", "W", "last L rows of pe")
+def ap_w3(x, pe): return x + pe[pe.size(0) - x.size(1):]
+
+@A("add_positional_encoding", "W", "adds pe scaled by sqrt(D) (mixes up with embed)")
+def ap_w4(x, pe): return x + pe[: x.size(1)] * math.sqrt(x.size(-1))
+
+@A("add_positional_encoding", "W", "result cast to float32")
+def ap_w5(x, pe): return (x + pe[: x.size(1)]).float()
+
+@A("add_positional_encoding", "W", "position of the first row reused for all (pe[0])")
+def ap_w6(x, pe): return x + pe[0]
+
+@A("add_positional_encoding", "W", "x.size(-2) wrongly taken as x.size(-1) for L")
+def ap_w7(x, pe):
+    L = x.size(1)
+    return x + pe[:L] if L != x.size(-1) else x + pe[:x.size(-1)].T[:L]
+
+def _rope_angle(L, D, positions, dtype=torch.float64):
+    pos = torch.arange(L) if positions is None else positions
+    return pos.to(dtype)[:, None] * 10000.0 ** (-torch.arange(0, D, 2, dtype=dtype) / D)   # (L, D/2)
+
+@A("apply_rope", "R", "complex multiply in float64, cast back")
+def ro_r1(x, positions=None):
+    ang = _rope_angle(x.shape[-2], x.shape[-1], positions)
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2).contiguous())
+    out = torch.view_as_real(z * torch.polar(torch.ones_like(ang), ang)).flatten(-2)
+    return out.to(x.dtype)
+
+@A("apply_rope", "R", "2x2 rotation matrices with einsum in float32")
+def ro_r2(x, positions=None):
+    L, D = x.shape[-2:]
+    ang = _rope_angle(L, D, positions)
+    c, s = ang.cos(), ang.sin()
+    R = torch.stack((torch.stack((c, -s), -1), torch.stack((s, c), -1)), -2)   # (L, D/2, 2, 2)
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    pairs = x.to(work).unflatten(-1, (D // 2, 2))
+    out = torch.einsum("lpij,...lpj->...lpi", R.to(work), pairs)
+    return out.flatten(-2).to(x.dtype)
+
+@A("apply_rope", "R", "even/odd slices written into a new tensor, cos/sin in x dtype")
+def ro_r3(x, positions=None):
+    ang = _rope_angle(x.shape[-2], x.shape[-1], positions)
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    out[..., 0::2] = x0 * c - x1 * s
+    out[..., 1::2] = x0 * s + x1 * c
+    return out
+
+@A("apply_rope", "R", "LLaMA style: angles in float32 (float64 for float64 x)")
+def ro_r4(x, positions=None):
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    ang = _rope_angle(x.shape[-2], x.shape[-1], positions, dtype=work)
+    c, s = ang.cos(), ang.sin()
+    xf = x.to(work)
+    x0, x1 = xf[..., 0::2], xf[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2).to(x.dtype)
+
+@A("apply_rope", "W", "angle computed in x's dtype (fp16 positions)")
+def ro_w1(x, positions=None):
+    ang = _rope_angle(x.shape[-2], x.shape[-1], positions, dtype=x.dtype)
+    c, s = ang.cos(), ang.sin()
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2)
+
+@A("apply_rope", "W", "rotates halves (i, i + D/2), GPT-NeoX style")
+def ro_w2(x, positions=None):
+    ang = _rope_angle(x.shape[-2], x.shape[-1], positions)
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((x0 * c - x1 * s, x0 * s + x1 * c), -1)
+
+@A("apply_rope", "W", "rotates the other way")
+def ro_w3(x, positions=None):
+    p = None if positions is None else positions
+    ang = -_rope_angle(x.shape[-2], x.shape[-1], p)
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2)
+
+@A("apply_rope", "W", "ignores positions")
+def ro_w4(x, positions=None): return ro_r3(x, None)
+
+@A("apply_rope", "W", "L taken from x.shape[1]")
+def ro_w5(x, positions=None):
+    L = x.shape[1] if x.dim() > 2 else x.shape[0]
+    ang = _rope_angle(L, x.shape[-1], positions)
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2)
+
+@A("apply_rope", "W", "writes the rotation into x in place")
+def ro_w6(x, positions=None):
+    ang = _rope_angle(x.shape[-2], x.shape[-1], positions)
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2].clone(), x[..., 1::2].clone()
+    x[..., 0::2] = x0 * c - x1 * s
+    x[..., 1::2] = x0 * s + x1 * c
+    return x
+
+@A("apply_rope", "W", "exponent -i/D instead of -2i/D")
+def ro_w7(x, positions=None):
+    L, D = x.shape[-2:]
+    pos = torch.arange(L) if positions is None else positions
+    ang = pos.double()[:, None] * 10000.0 ** (-torch.arange(D // 2, dtype=torch.float64) / D)
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2)
+
+@A("apply_rope", "W", "cos/sin table cached by (L, D) ignoring positions")
+def ro_w8(x, positions=None, _c={}):
+    L, D = x.shape[-2:]
+    if (L, D) not in _c: _c[(L, D)] = _rope_angle(L, D, positions)
+    ang = _c[(L, D)]
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2)
+
+# ---------------------------------------------------------------- 04 masks
+@A("padding_mask", "R", "ne + two unsqueezes")
+def pm_r1(token_ids, pad_id): return token_ids.ne(pad_id).unsqueeze(1).unsqueeze(1)
+
+@A("padding_mask", "R", "torch.where to bool then view")
+def pm_r2(token_ids, pad_id):
+    m = torch.where(token_ids == pad_id, False, True)
+    return m.view(m.shape[0], 1, 1, m.shape[1])
+
+@A("padding_mask", "R", "logical_not of eq, reshape")
+def pm_r3(token_ids, pad_id):
+    B, L = token_ids.shape
+    return torch.logical_not(torch.eq(token_ids, pad_id)).reshape(B, 1, 1, L)
+
+@A("padding_mask", "W", "(B, 1, L, 1): queries instead of keys")
+def pm_w1(token_ids, pad_id): return (token_ids != pad_id)[:, None, :, None]
+
+@A("padding_mask", "W", "True on padding")
+def pm_w2(token_ids, pad_id): return (token_ids == pad_id)[:, None, None, :]
+
+@A("padding_mask", "W", "ids > pad_id")
+def pm_w3(token_ids, pad_id): return (token_ids > pad_id)[:, None, None, :]
+
+@A("padding_mask", "W", "ids.bool() (pad assumed 0)")
+def pm_w4(token_ids, pad_id): return token_ids.bool()[:, None, None, :]
+
+@A("padding_mask", "W", "float mask")
+def pm_w5(token_ids, pad_id): return (token_ids != pad_id).float()[:, None, None, :]
+
+@A("padding_mask", "W", "(B, 1, L) three axes")
+def pm_w6(token_ids, pad_id): return (token_ids != pad_id)[:, None, :]
+
+@A("padding_mask", "W", "transpose-reshape mixup: reshape(1, B, 1, L)")
+def pm_w7(token_ids, pad_id):
+    B, L = token_ids.shape
+    return (token_ids != pad_id).reshape(1, B, 1, L).transpose(0, 1)[:, :, :, :] if B == 1 else (token_ids != pad_id).T.reshape(B, 1, 1, L)
+
+@A("causal_mask", "R", "arange comparison")
+def cm_r1(seq_len):
+    i = torch.arange(seq_len)
+    return (i[None, :] <= i[:, None])[None, None]
+
+@A("causal_mask", "R", "not triu(diagonal=1)")
+def cm_r2(seq_len):
+    return ~torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1).view(1, 1, seq_len, seq_len)
+
+@A("causal_mask", "R", "float ones tril then > 0.5")
+def cm_r3(seq_len): return (torch.tril(torch.ones(1, 1, seq_len, seq_len)) > 0.5)
+
+@A("causal_mask", "R", "cumsum of an identity")
+def cm_r4(seq_len): return torch.eye(seq_len, dtype=torch.int64).flip(0).cumsum(0).flip(0).T.bool()[None, None] if False else torch.eye(seq_len, dtype=torch.int64).cumsum(0).bool()[None, None]
+
+@A("causal_mask", "W", "triu: the future")
+def cm_w1(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.bool).triu()[None, None]
+
+@A("causal_mask", "W", "tril(-1): no diagonal")
+def cm_w2(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-1)[None, None]
+
+@A("causal_mask", "W", "(L, L) without the two axes")
+def cm_w3(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+
+@A("causal_mask", "W", "512 x 512 buffer sliced")
+def cm_w4(seq_len, _buf=torch.ones(512, 512, dtype=torch.bool).tril()):
+    return _buf[:seq_len, :seq_len][None, None]
+
+@A("causal_mask", "W", "lru_cache returns the same tensor")
+@functools.lru_cache(maxsize=None)
+def cm_w5(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()[None, None]
+
+@A("causal_mask", "W", "uint8 mask")
+def cm_w6(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.uint8).tril()[None, None]
+
+@A("causal_mask", "W", "expand of a buffer of its own grown on demand (view)")
+def cm_w7(seq_len, _st={}):
+    b = _st.get("b")
+    if b is None or b.size(0) < seq_len: b = _st["b"] = torch.ones(2 * seq_len, 2 * seq_len, dtype=torch.bool).tril()
+    return b[:seq_len, :seq_len][None, None]
+
+def _tm_ref_free(token_ids, pad_id):
+    L = token_ids.size(1)
+    return pm_r1(token_ids, pad_id) & cm_r1(L)
+
+@A("target_mask", "R", "my padding & my causal")
+def tm_r1(token_ids, pad_id): return _tm_ref_free(token_ids, pad_id)
+
+@A("target_mask", "R", "logical_and with explicit expand")
+def tm_r2(token_ids, pad_id):
+    B, L = token_ids.shape
+    key_ok = (token_ids != pad_id)[:, None, None, :].expand(B, 1, L, L)
+    past = torch.arange(L)[None, :] <= torch.arange(L)[:, None]
+    return torch.logical_and(key_ok, past)
+
+@A("target_mask", "R", "multiply int masks then bool")
+def tm_r3(token_ids, pad_id):
+    L = token_ids.size(1)
+    return ((token_ids != pad_id).long()[:, None, None, :] * torch.ones(L, L, dtype=torch.long).tril()).bool()
+
+@A("target_mask", "W", "padding on the query rows")
+def tm_w1(token_ids, pad_id):
+    return (token_ids != pad_id)[:, None, :, None] & cm_r1(token_ids.size(1))
+
+@A("target_mask", "W", "OR instead of AND")
+def tm_w2(token_ids, pad_id): return pm_r1(token_ids, pad_id) | cm_r1(token_ids.size(1))
+
+@A("target_mask", "W", "pad rows and pad columns both hidden")
+def tm_w3(token_ids, pad_id):
+    k = token_ids != pad_id
+    return k[:, None, None, :] & k[:, None, :, None] & cm_r1(token_ids.size(1))
+
+@A("target_mask", "W", "(B, L, L) without the head axis")
+def tm_w4(token_ids, pad_id): return _tm_ref_free(token_ids, pad_id)[:, 0]
+
+@A("target_mask", "W", "causal part from the notebook's L = 8 padded/cut")
+def tm_w5(token_ids, pad_id):
+    L = token_ids.size(1)
+    c = torch.zeros(L, L, dtype=torch.bool); n = min(L, 8)
+    c[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    return pm_r1(token_ids, pad_id) & c
+
+@A("target_mask", "W", "float result of mask multiply")
+def tm_w6(token_ids, pad_id): return _tm_ref_free(token_ids, pad_id).float()
+
+@A("target_mask", "W", "pad_id 0 assumed")
+def tm_w7(token_ids, pad_id): return _tm_ref_free(token_ids, 0)

@@ -451,12 +451,19 @@ def em_r2(token_ids, table, scale=True):
     out = table.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, table.size(1))
     return out / (1 / math.sqrt(table.shape[-1])) if scale else out
 
-@A("embed", "R", "gather rows in float32 then cast back")
+# label corrected from R: a float64 table rounded to float32 loses digits (the text promises float64 inputs)
+@A("embed", "W", "gather rows in float32 then cast back (float64 too)")
 def em_r3(token_ids, table, scale=True):
     t = table.float()
     out = torch.stack([t[i] for i in token_ids.reshape(-1).tolist()]).reshape(*token_ids.shape, -1) if token_ids.numel() else t[token_ids]
     if scale: out = out * math.sqrt(table.size(1))
     return out.to(table.dtype)
+
+@A("embed", "R", "rows gathered in float32 only for half dtypes, scale there, cast back")
+def em_r4(token_ids, table, scale=True):
+    work = table.float() if table.dtype in (torch.float16, torch.bfloat16) else table
+    out = work[token_ids]
+    return (out * math.sqrt(table.size(1)) if scale else out).to(table.dtype)
 
 @A("embed", "W", "int(sqrt(D)) scale")
 def em_w1(token_ids, table, scale=True):
@@ -606,10 +613,8 @@ def ap_w5(x, pe): return (x + pe[: x.size(1)]).float()
 @A("add_positional_encoding", "W", "position of the first row reused for all (pe[0])")
 def ap_w6(x, pe): return x + pe[0]
 
-@A("add_positional_encoding", "W", "x.size(-2) wrongly taken as x.size(-1) for L")
-def ap_w7(x, pe):
-    L = x.size(1)
-    return x + pe[:L] if L != x.size(-1) else x + pe[:x.size(-1)].T[:L]
+@A("add_positional_encoding", "W", "L read from the feature axis: pe[:x.size(-1)]")
+def ap_w7(x, pe): return x + pe[: x.size(-1)]
 
 def _rope_angle(L, D, positions, dtype=torch.float64):
     pos = torch.arange(L) if positions is None else positions
@@ -836,3 +841,678 @@ def tm_w6(token_ids, pad_id): return _tm_ref_free(token_ids, pad_id).float()
 
 @A("target_mask", "W", "pad_id 0 assumed")
 def tm_w7(token_ids, pad_id): return _tm_ref_free(token_ids, 0)
+
+# ---------------------------------------------------------------- 05 attention
+def _softmax_hand(s, dim=-1):
+    """exp(s - max) / sum, with an all -inf row giving zeros (no NaN)."""
+    m = s.amax(dim, keepdim=True)
+    m = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
+    e = torch.exp(s - m)
+    z = e.sum(dim, keepdim=True)
+    return torch.where(z > 0, e / torch.where(z > 0, z, torch.ones_like(z)), torch.zeros_like(e))
+
+@A("scaled_dot_product_attention", "R", "einsum + hand softmax, scores / sqrt after matmul")
+def at_r1(query, key, value, mask=None):
+    s = torch.einsum("...qd,...kd->...qk", query, key) / math.sqrt(query.shape[-1])
+    if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+    w = _softmax_hand(s)
+    return torch.einsum("...qk,...kv->...qv", w, value), w
+
+@A("scaled_dot_product_attention", "R", "float32 inside for half dtypes, cast back")
+def at_r2(query, key, value, mask=None):
+    work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    q, k, v = query.to(work), key.to(work), value.to(work)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(mask.logical_not(), -math.inf)
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    if mask is not None: w = w * mask
+    return (w @ v).to(query.dtype), w.to(query.dtype)
+
+@A("scaled_dot_product_attention", "R", "additive -inf mask, K scaled instead of Q")
+def at_r3(query, key, value, mask=None):
+    s = query @ (key / math.sqrt(key.size(-1))).transpose(-2, -1)
+    if mask is not None:
+        add = torch.zeros(mask.shape, dtype=s.dtype).masked_fill(~mask, float("-inf"))
+        s = s + add
+    w = torch.softmax(s, dim=-1)
+    w = torch.where(torch.isnan(w), torch.zeros_like(w), w)
+    return w @ value, w
+
+@A("scaled_dot_product_attention", "R", "float64 inside always, cast back")
+def at_r4(query, key, value, mask=None):
+    q, k, v = query.double(), key.double(), value.double()
+    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1)
+    if mask is not None: w = w.masked_fill(~mask, 0.0)
+    return (w @ v).to(query.dtype), w.to(query.dtype)
+
+@A("scaled_dot_product_attention", "R", "loop over query rows with hand softmax")
+def at_r5(query, key, value, mask=None):
+    d = query.size(-1)
+    ctx, ws = [], []
+    for i in range(query.size(-2)):
+        s = (query[..., i:i + 1, :] @ key.transpose(-2, -1)) / math.sqrt(d)
+        if mask is not None:
+            mrow = mask[..., i:i + 1, :] if mask.size(-2) > 1 else mask
+            s = s.masked_fill(~mrow, float("-inf"))
+        w = _softmax_hand(s)
+        ws.append(w); ctx.append(w @ value)
+    return torch.cat(ctx, -2), torch.cat(ws, -2)
+
+def _att_core(query, key, value, mask, fill=float("-inf"), scale=None, dim=-1, zero=True):
+    d = query.size(-1) if scale is None else scale
+    s = query @ key.transpose(-2, -1) / math.sqrt(d)
+    if mask is not None: s = s.masked_fill(~mask, fill)
+    w = torch.softmax(s, dim=dim)
+    if mask is not None and zero: w = w.masked_fill(~mask, 0.0)
+    return w @ value, w
+
+@A("scaled_dot_product_attention", "W", "scaled by sqrt(d_v)")
+def at_w1(q, k, v, mask=None): return _att_core(q, k, v, mask, scale=v.size(-1))
+
+@A("scaled_dot_product_attention", "W", "softmax over the query axis")
+def at_w2(q, k, v, mask=None): return _att_core(q, k, v, mask, dim=-2)
+
+@A("scaled_dot_product_attention", "W", "fill -1e9")
+def at_w3(q, k, v, mask=None): return _att_core(q, k, v, mask, fill=-1e9)
+
+@A("scaled_dot_product_attention", "W", "fill -1e4")
+def at_w4(q, k, v, mask=None): return _att_core(q, k, v, mask, fill=-1e4)
+
+@A("scaled_dot_product_attention", "W", "NaN on fully masked rows (no zeroing)")
+def at_w5(q, k, v, mask=None): return _att_core(q, k, v, mask, zero=False)
+
+@A("scaled_dot_product_attention", "W", "finfo(dtype).min fill, no zeroing: uniform weights on all-masked rows")
+def at_w6(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    w = torch.softmax(s, -1)
+    return w @ v, w
+
+@A("scaled_dot_product_attention", "W", "key.transpose(1, 2) (3-D habit)")
+def at_w7(q, k, v, mask=None):
+    s = q @ k.transpose(1, 2) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1)
+    if mask is not None: w = w.masked_fill(~mask, 0.0)
+    return w @ v, w
+
+@A("scaled_dot_product_attention", "W", "mask polarity inverted")
+def at_w8(q, k, v, mask=None): return _att_core(q, k, v, None if mask is None else ~mask)
+
+@A("scaled_dot_product_attention", "W", "hand softmax without max subtraction (overflow)")
+def at_w9(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+    e = s.exp(); z = e.sum(-1, keepdim=True)
+    w = torch.where(z > 0, e / z, torch.zeros_like(e))
+    return w @ v, w
+
+@A("scaled_dot_product_attention", "W", "half inputs: scores and softmax in float32 but weights returned float32")
+def at_w10(q, k, v, mask=None):
+    c, w = at_r2(q, k, v, mask)
+    qs, ks = q.float(), k.float()
+    s = qs @ ks.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+    ww = torch.softmax(s, -1).nan_to_num(0.0)
+    return c, ww
+
+@A("scaled_dot_product_attention", "W", "mask applied only to the weights after softmax (renormalised? no)")
+def at_w11(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    w = torch.softmax(s, -1)
+    if mask is not None: w = w * mask
+    return w @ v, w
+
+@A("scaled_dot_product_attention", "W", "mask applied after, then renormalised (hides -inf problems, NaN on empty rows)")
+def at_w12(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    w = torch.softmax(s, -1)
+    if mask is not None:
+        w = w * mask
+        w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)
+    return w @ v, w
+
+@A("scaled_dot_product_attention", "W", "calls F.scaled_dot_product_attention for the context")
+def at_w13(q, k, v, mask=None):
+    _, w = at_r1(q, k, v, mask)
+    return w @ v if False else F.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0.0), w
+
+@A("scaled_dot_product_attention", "W", "scores scaled in place on the caller's query")
+def at_w14(q, k, v, mask=None):
+    with torch.no_grad(): q.div_(math.sqrt(q.size(-1)))
+    s = q @ k.transpose(-2, -1)
+    if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1)
+    if mask is not None: w = w.masked_fill(~mask, 0.0)
+    return w @ v, w
+
+generics("scaled_dot_product_attention", at_r1, ["f32", "idcache", "buffer", "counter"])
+
+# ---------------------------------------------------------------- 06 multihead
+@A("linear", "R", "einsum")
+def li_r1(x, weight, bias=None):
+    y = torch.einsum("...i,oi->...o", x, weight)
+    return y if bias is None else y + bias
+
+@A("linear", "R", "matrix-vector via unsqueeze, float32 inside for halves")
+def li_r2(x, weight, bias=None):
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    y = (weight.to(work) @ x.to(work).unsqueeze(-1)).squeeze(-1)
+    if bias is not None: y = y + bias.to(work)
+    return y.to(x.dtype)
+
+@A("linear", "R", "addmm on flattened rows, reshape back")
+def li_r3(x, weight, bias=None):
+    flat = x.reshape(-1, x.shape[-1])
+    b = bias if bias is not None else torch.zeros(weight.shape[0], dtype=x.dtype)
+    return torch.addmm(b, flat, weight.t()).reshape(*x.shape[:-1], weight.shape[0])
+
+@A("linear", "R", "sum of products broadcast (no matmul) in float64, cast back")
+def li_r4(x, weight, bias=None):
+    y = (x.double().unsqueeze(-2) * weight.double()).sum(-1)
+    if bias is not None: y = y + bias.double()
+    return y.to(x.dtype)
+
+@A("linear", "W", "x @ weight (no transpose)")
+def li_w1(x, weight, bias=None):
+    y = x @ weight
+    return y if bias is None else y + bias
+
+@A("linear", "W", "bias ignored")
+def li_w2(x, weight, bias=None): return x @ weight.T
+
+@A("linear", "W", "transposes the caller's weight in place")
+def li_w3(x, weight, bias=None):
+    y = x @ weight.t_()
+    return y if bias is None else y + bias
+
+@A("linear", "W", "W^T cached by id(weight)")
+def li_w4(x, weight, bias=None, _c={}):
+    if id(weight) not in _c: _c[id(weight)] = weight.T.clone()
+    y = x @ _c[id(weight)]
+    return y if bias is None else y + bias
+
+@A("linear", "W", "2-D only: reshape(B, L, out) assumes 3-D x")
+def li_w5(x, weight, bias=None):
+    y = x.reshape(-1, x.shape[-1]) @ weight.T
+    if bias is not None: y = y + bias
+    return y.reshape(x.shape[0], -1, weight.shape[0]) if x.dim() == 3 else y.reshape(x.shape[0], weight.shape[0]) if x.dim() == 2 else y.reshape(x.shape[0], -1, weight.shape[0])
+
+@A("linear", "W", "uses F.linear")
+def li_w6(x, weight, bias=None): return F.linear(x, weight, bias)
+
+@A("linear", "W", "bias added in place on the output of a view of x when weight is identity? (x @ W.T +=)")
+def li_w7(x, weight, bias=None):
+    y = x @ weight.T
+    if bias is not None: bias.add_(0); y += bias
+    return y.float() if x.dtype == torch.bfloat16 else y
+
+generics("linear", li_r1, ["f64", "mutate", "idcache", "counter"])
+
+@A("split_heads", "R", "stack of chunks")
+def sh_r1(x, num_heads): return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+@A("split_heads", "R", "unflatten + movedim")
+def sh_r2(x, num_heads): return x.unflatten(-1, (num_heads, x.size(-1) // num_heads)).movedim(2, 1)
+
+@A("split_heads", "R", "reshape + permute then contiguous")
+def sh_r3(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, num_heads, D // num_heads).permute(0, 2, 1, 3).contiguous()
+
+@A("split_heads", "W", "reshape straight to (B, H, L, d_k)")
+def sh_w1(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, num_heads, L, D // num_heads)
+
+@A("split_heads", "W", "view on a non-contiguous input")
+def sh_w2(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+@A("split_heads", "W", "(d_k, H) order in the split")
+def sh_w3(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, D // num_heads, num_heads).permute(0, 3, 1, 2)
+
+@A("split_heads", "W", "no transpose: (B, L, H, d_k)")
+def sh_w4(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, num_heads, D // num_heads)
+
+@A("split_heads", "W", "chunks along L")
+def sh_w5(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, num_heads, D // num_heads).transpose(1, 2) if L % num_heads else torch.stack(x.chunk(num_heads, dim=1), 1).reshape(B, num_heads, L, D // num_heads)
+
+@A("split_heads", "W", "d_k = D // H hard-coded H = 4")
+def sh_w6(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, 4, D // 4).transpose(1, 2)
+
+@A("split_heads", "W", "transpose(2, 1) then reshape mix: permute(0, 2, 3, 1)")
+def sh_w7(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, num_heads, D // num_heads).permute(0, 2, 1, 3).transpose(-1, -2).reshape(B, num_heads, L, D // num_heads)
+
+generics("split_heads", sh_r2, ["f32", "mutate", "buffer"])
+
+@A("merge_heads", "R", "cat of unbind")
+def mh_r1(x): return torch.cat(x.unbind(1), dim=-1)
+
+@A("merge_heads", "R", "transpose then flatten(2)")
+def mh_r2(x): return x.transpose(1, 2).flatten(2)
+
+@A("merge_heads", "R", "einsum with identity to permute, then reshape")
+def mh_r3(x):
+    B, H, L, d = x.shape
+    return torch.einsum("bhld->blhd", x).reshape(B, L, H * d)
+
+@A("merge_heads", "W", "reshape without transpose")
+def mh_w1(x):
+    B, H, L, d = x.shape
+    return x.reshape(B, L, H * d)
+
+@A("merge_heads", "W", "transpose(2, 3) instead of (1, 2)")
+def mh_w2(x):
+    B, H, L, d = x.shape
+    return x.transpose(2, 3).reshape(B, L, H * d)
+
+@A("merge_heads", "W", "view after transpose (crashes except trivial)")
+def mh_w3(x):
+    B, H, L, d = x.shape
+    return x.transpose(1, 2).contiguous().view(B, L, H * d) if H == 1 or L == 1 else x.transpose(1, 2).view(B, L, H * d)
+
+@A("merge_heads", "W", "cat along the last axis of the wrong heads order (reversed)")
+def mh_w4(x): return torch.cat(x.unbind(1)[::-1], dim=-1)
+
+@A("merge_heads", "W", "sum over heads")
+def mh_w5(x): return x.sum(1).repeat(1, 1, x.size(1)) / 1.0
+
+generics("merge_heads", mh_r2, ["f64", "mutate", "idcache", "counter"])
+
+def _lin(x, w, b): y = x @ w.T; return y if b is None else y + b
+
+@A("multi_head_attention", "R", "per-head loop over weight slices")
+def mha_r1(query, key, value, params, num_heads, mask=None):
+    D = query.size(-1); dk = D // num_heads
+    outs, ws = [], []
+    for h in range(num_heads):
+        sl = slice(h * dk, (h + 1) * dk)
+        bq, bk, bv = (params.get(n) for n in ("b_q", "b_k", "b_v"))
+        q = _lin(query, params["w_q"][sl], None if bq is None else bq[sl])
+        k = _lin(key, params["w_k"][sl], None if bk is None else bk[sl])
+        v = _lin(value, params["w_v"][sl], None if bv is None else bv[sl])
+        m = None
+        if mask is not None:
+            m = mask[:, h] if mask.dim() == 4 and mask.size(1) > 1 else (mask[:, 0] if mask.dim() == 4 else mask)
+        c, w = at_r1(q, k, v, m)
+        outs.append(c); ws.append(w)
+    out = _lin(torch.cat(outs, -1), params["w_o"], params.get("b_o"))
+    return out, torch.stack(ws, 1)
+
+@A("multi_head_attention", "R", "own linear/split/merge + own attention, float32 inside for halves")
+def mha_r2(query, key, value, params, num_heads, mask=None):
+    dt = query.dtype
+    work = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+    P = {k: (None if v is None else v.to(work)) for k, v in params.items()}
+    q = sh_r2(li_r1(query.to(work), P["w_q"], P.get("b_q")), num_heads)
+    k = sh_r2(li_r1(key.to(work), P["w_k"], P.get("b_k")), num_heads)
+    v = sh_r2(li_r1(value.to(work), P["w_v"], P.get("b_v")), num_heads)
+    c, w = at_r1(q, k, v, mask)
+    return li_r1(mh_r2(c), P["w_o"], P.get("b_o")).to(dt), w.to(dt)
+
+@A("multi_head_attention", "R", "stacked w_qkv projection via einsum with heads axis")
+def mha_r3(query, key, value, params, num_heads, mask=None):
+    D = query.size(-1); H = num_heads; dk = D // H
+    def proj(x, n):
+        w = params[f"w_{n}"].reshape(H, dk, D)
+        y = torch.einsum("bld,hkd->bhlk", x, w)
+        b = params.get(f"b_{n}")
+        return y if b is None else y + b.reshape(1, H, 1, dk)
+    q, k, v = proj(query, "q"), proj(key, "k"), proj(value, "v")
+    c, w = at_r3(q, k, v, mask)
+    out = torch.einsum("bhlk,ohk->blo", c, params["w_o"].reshape(D, H, dk))
+    bo = params.get("b_o")
+    return (out if bo is None else out + bo), w
+
+def _mha(query, key, value, params, H, mask=None, *, no_out=False, split=sh_r2, scale_D=False, self_kv=False, avg=False, nomerge=False):
+    q = split(_lin(query, params["w_q"], params.get("b_q")), H)
+    kin = query if self_kv else key; vin = query if self_kv else value
+    k = split(_lin(kin, params["w_k"], params.get("b_k")), H)
+    v = split(_lin(vin, params["w_v"], params.get("b_v")), H)
+    if scale_D: q = q * math.sqrt(q.size(-1)) / math.sqrt(query.size(-1))
+    c, w = at_r1(q, k, v, mask)
+    m = mh_r1(c) if nomerge else mh_r2(c)
+    out = m if no_out else _lin(m, params["w_o"], params.get("b_o"))
+    return out, (w.mean(1) if avg else w)
+
+@A("multi_head_attention", "W", "no output projection")
+def mha_w1(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, no_out=True)
+
+@A("multi_head_attention", "W", "heads split by a straight reshape")
+def mha_w2(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, split=sh_w1)
+
+@A("multi_head_attention", "W", "scaled by sqrt(D) instead of sqrt(d_k)")
+def mha_w3(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, scale_D=True)
+
+@A("multi_head_attention", "W", "keys and values projected from the query (self-attention only)")
+def mha_w4(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, self_kv=True)
+
+@A("multi_head_attention", "W", "weights averaged over heads")
+def mha_w5(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, avg=True)
+
+@A("multi_head_attention", "W", "mask unsqueezed once more for the head axis")
+def mha_w6(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, None if mask is None else mask.unsqueeze(1))
+
+@A("multi_head_attention", "W", "w_k used for the values too")
+def mha_w7(q, k, v, p, H, mask=None):
+    p2 = dict(p); p2["w_v"] = p["w_k"]; p2["b_v"] = p.get("b_k")
+    return _mha(q, k, v, p2, H, mask)
+
+@A("multi_head_attention", "W", "output bias dropped")
+def mha_w8(q, k, v, p, H, mask=None):
+    p2 = dict(p); p2["b_o"] = None
+    return _mha(q, k, v, p2, H, mask)
+
+@A("multi_head_attention", "W", "uses nn.MultiheadAttention's functional form")
+def mha_w9(q, k, v, p, H, mask=None):
+    D = q.size(-1)
+    am = None if mask is None else ~mask.expand(q.size(0), H, q.size(1), k.size(1)).reshape(-1, q.size(1), k.size(1))
+    out, w = F.multi_head_attention_forward(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), D, H, None,
+        torch.cat([p["b_q"], p["b_k"], p["b_v"]]), None, None, False, 0.0, p["w_o"], p["b_o"], training=False,
+        attn_mask=am, need_weights=True, average_attn_weights=False, use_separate_proj_weight=True,
+        q_proj_weight=p["w_q"], k_proj_weight=p["w_k"], v_proj_weight=p["w_v"])
+    return out.transpose(0, 1), w
+
+generics("multi_head_attention", mha_r2, ["f32", "mutate", "counter"])
+
+# ---------------------------------------------------------------- 07 sublayers
+@A("feed_forward", "R", "einsum and clamp(min=0)")
+def ff_r1(x, params):
+    h = torch.einsum("bld,fd->blf", x, params["w_1"]) + params["b_1"]
+    return torch.einsum("blf,df->bld", h.clamp(min=0), params["w_2"]) + params["b_2"]
+
+@A("feed_forward", "R", "my linear twice with maximum(h, 0), float32 inside for halves")
+def ff_r2(x, params):
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    P = {k: v.to(work) for k, v in params.items()}
+    h = li_r1(x.to(work), P["w_1"], P["b_1"])
+    h = torch.maximum(h, torch.zeros((), dtype=work))
+    return li_r1(h, P["w_2"], P["b_2"]).to(x.dtype)
+
+@A("feed_forward", "R", "h * (h > 0) and addmm rows")
+def ff_r3(x, params):
+    h = li_r3(x, params["w_1"], params["b_1"])
+    h = h * (h > 0)
+    return li_r3(h, params["w_2"], params["b_2"])
+
+def _ff(x, p, act=torch.relu, b2=True, relu_out=False):
+    h = act(x @ p["w_1"].T + p["b_1"])
+    y = h @ p["w_2"].T + (p["b_2"] if b2 else 0)
+    return torch.relu(y) if relu_out else y
+
+@A("feed_forward", "W", "GELU instead of ReLU")
+def ff_w1(x, p): return _ff(x, p, act=F.gelu)
+
+@A("feed_forward", "W", "ReLU after the second layer too")
+def ff_w2(x, p): return _ff(x, p, relu_out=True)
+
+@A("feed_forward", "W", "b_2 forgotten")
+def ff_w3(x, p): return _ff(x, p, b2=False)
+
+@A("feed_forward", "W", "leaky ReLU")
+def ff_w4(x, p): return _ff(x, p, act=lambda h: F.leaky_relu(h, 0.01))
+
+@A("feed_forward", "W", "ReLU on the input before the first layer")
+def ff_w5(x, p): return torch.relu(x) @ p["w_1"].T @ p["w_2"].T + p["b_1"] @ p["w_2"].T + p["b_2"] if False else (torch.relu(x) @ p["w_1"].T + p["b_1"]) @ p["w_2"].T + p["b_2"]
+
+@A("feed_forward", "W", "relu_ in place on x's first projection when x is the hidden (mutates x via alias when w_1 is identity?) -> x.relu_()")
+def ff_w6(x, p):
+    out = _ff(x, p)
+    with torch.no_grad(): x.relu_()
+    return out
+
+@A("feed_forward", "W", "clamp(max=0) (sign slip)")
+def ff_w7(x, p): return _ff(x, p, act=lambda h: h.clamp(max=0))
+
+generics("feed_forward", ff_r1, ["f32", "idcache", "buffer"])
+
+@A("dropout", "R", "where(rand < p, 0, x / (1 - p)), clone when not training")
+def dr_r1(x, p, training=True):
+    if not training: return x.clone()
+    r = torch.rand(x.shape)
+    return torch.where(r < p, torch.zeros((), dtype=x.dtype), x / (1 - p))
+
+@A("dropout", "R", "bernoulli keep mask in float32, times 1/(1-p)")
+def dr_r2(x, p, training=True):
+    if not training or p == 0: return x
+    keep = torch.bernoulli(torch.full(x.shape, 1 - p, dtype=torch.float32))
+    return x * keep.to(x.dtype) * (1.0 / (1 - p))
+
+@A("dropout", "R", "strict > p comparison, division in float32 for halves")
+def dr_r3(x, p, training=True):
+    if not training: return x
+    keep = torch.rand(x.shape, dtype=torch.float32) > p
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    return (x.to(work) * keep / (1 - p)).to(x.dtype)
+
+@A("dropout", "W", "no rescaling of survivors")
+def dr_w1(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= p)
+
+@A("dropout", "W", "multiplies by (1 - p)")
+def dr_w2(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= p) * (1 - p)
+
+@A("dropout", "W", "keep with probability p (rand < p kept)")
+def dr_w3(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) < p) / (1 - p)
+
+@A("dropout", "W", "one mask per column shared by all rows")
+def dr_w4(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape[-1]) >= p) / (1 - p)
+
+@A("dropout", "W", "manual_seed(0) inside: same mask every call")
+def dr_w5(x, p, training=True):
+    if not training: return x
+    g = torch.Generator().manual_seed(0)
+    return x * (torch.rand(x.shape, generator=g) >= p) / (1 - p)
+
+@A("dropout", "W", "training flag ignored")
+def dr_w6(x, p, training=True): return x * (torch.rand(x.shape) >= p) / (1 - p)
+
+@A("dropout", "W", "mask drawn in x's dtype")
+def dr_w7(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape, dtype=x.dtype) >= p) / (1 - p)
+
+@A("dropout", "W", "exactly round(p * n) entries dropped (randperm)")
+def dr_w8(x, p, training=True):
+    if not training: return x
+    n = x.numel(); k = round(p * n)
+    keep = torch.ones(n, dtype=torch.bool); keep[torch.randperm(n)[:k]] = False
+    return x * keep.view(x.shape) / (1 - p)
+
+@A("dropout", "W", "in place: x.mul_(mask)")
+def dr_w9(x, p, training=True):
+    if not training: return x
+    with torch.no_grad(): x.mul_((torch.rand(x.shape) >= p)).div_(1 - p)
+    return x
+
+@A("dropout", "W", "two draws: second call to rand decides scale (dropped entries kept scaled)")
+def dr_w10(x, p, training=True):
+    if not training: return x
+    drop = torch.rand(x.shape) < p
+    again = torch.rand(x.shape) < p
+    return torch.where(drop & again, torch.zeros_like(x), x / (1 - p))
+
+@A("dropout", "W", "mask cached per shape (same mask each call)")
+def dr_w11(x, p, training=True, _c={}):
+    if not training: return x
+    key = (tuple(x.shape), p)
+    if key not in _c: _c[key] = torch.rand(x.shape) >= p
+    return x * _c[key] / (1 - p)
+
+def _ln32(x, gamma, beta, eps=1e-5):
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xf = x.to(work)
+    mu = xf.sum(-1, keepdim=True) / xf.size(-1)
+    c = xf - mu
+    var = (c * c).sum(-1, keepdim=True) / xf.size(-1)
+    return (c / torch.sqrt(var + eps) * gamma.to(work) + beta.to(work)).to(x.dtype)
+
+@A("layer_norm", "R", "two-pass sums in float32 (float64 for float64), cast back")
+def ln_r1(x, gamma, beta, eps=1e-5): return _ln32(x, gamma, beta, eps)
+
+@A("layer_norm", "R", "var_mean + rsqrt")
+def ln_r2(x, gamma, beta, eps=1e-5):
+    var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    return (x - mean) * torch.rsqrt(var + eps) * gamma + beta
+
+@A("layer_norm", "R", "E[x^2] - E[x]^2 in float64, cast back")
+def ln_r3(x, gamma, beta, eps=1e-5):
+    xd = x.double()
+    m = xd.mean(-1, keepdim=True)
+    v = (xd * xd).mean(-1, keepdim=True) - m * m
+    return ((xd - m) / (v + eps).sqrt() * gamma.double() + beta.double()).to(x.dtype)
+
+@A("layer_norm", "R", "einsum-based mean/var with ones vector, float32 inside")
+def ln_r4(x, gamma, beta, eps=1e-5):
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xf = x.to(work); D = xf.size(-1)
+    ones = torch.full((D,), 1.0 / D, dtype=work)
+    mu = torch.einsum("...d,d->...", xf, ones)[..., None]
+    var = torch.einsum("...d,d->...", (xf - mu) ** 2, ones)[..., None]
+    y = (xf - mu) / (var + eps) ** 0.5
+    return (y * gamma.to(work) + beta.to(work)).to(x.dtype)
+
+def _ln(x, g, b, eps=1e-5, unbiased=False, outside=False, dim=-1):
+    m = x.mean(dim, keepdim=True)
+    v = x.var(dim, keepdim=True, unbiased=unbiased)
+    den = v.sqrt() + eps if outside else (v + eps).sqrt()
+    return (x - m) / den * g + b
+
+@A("layer_norm", "W", "unbiased variance")
+def ln_w1(x, g, b, eps=1e-5): return _ln(x, g, b, eps, unbiased=True)
+
+@A("layer_norm", "W", "eps outside the root")
+def ln_w2(x, g, b, eps=1e-5): return _ln(x, g, b, eps, outside=True)
+
+@A("layer_norm", "W", "Annotated Transformer std + eps")
+def ln_w3(x, g, b, eps=1e-6): return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps) * g + b
+
+@A("layer_norm", "W", "squares in float16 (overflow)")
+def ln_w4(x, g, b, eps=1e-5):
+    m = x.mean(-1, keepdim=True)
+    v = ((x - m) ** 2).mean(-1, keepdim=True)
+    return (x - m) / torch.sqrt(v + eps) * g + b
+
+@A("layer_norm", "W", "normalises over axis -2")
+def ln_w5(x, g, b, eps=1e-5): return _ln(x, g, b, eps, dim=-2) if x.dim() > 1 else _ln(x, g, b, eps)
+
+@A("layer_norm", "W", "gamma and beta swapped")
+def ln_w6(x, g, b, eps=1e-5): return _ln(x, b, g, eps)
+
+@A("layer_norm", "W", "default eps 1e-6")
+def ln_w7(x, g, b, eps=1e-6): return _ln(x, g, b, eps)
+
+@A("layer_norm", "W", "x -= mean in place")
+def ln_w8(x, g, b, eps=1e-5):
+    v = x.var(-1, keepdim=True, unbiased=False)
+    with torch.no_grad(): x -= x.mean(-1, keepdim=True)
+    return x / torch.sqrt(v + eps) * g + b
+
+@A("layer_norm", "W", "uses F.layer_norm")
+def ln_w9(x, g, b, eps=1e-5): return F.layer_norm(x, (x.size(-1),), g, b, eps)
+
+@A("layer_norm", "W", "eps added to the std squared twice: sqrt(var + eps) + eps")
+def ln_w10(x, g, b, eps=1e-5):
+    m = x.mean(-1, keepdim=True); v = x.var(-1, keepdim=True, unbiased=False)
+    return (x - m) / (torch.sqrt(v + eps) + eps) * g + b
+
+@A("layer_norm", "W", "statistics of the whole tensor (mean/var over all axes)")
+def ln_w11(x, g, b, eps=1e-5):
+    return (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps) * g + b
+
+generics("layer_norm", ln_r2, ["f32", "idcache", "buffer", "counter"])
+
+@A("residual_sublayer", "R", "my float32 layer norm, both designs")
+def rs_r1(x, sublayer, norm, norm_first=False):
+    if norm_first: return x + sublayer(_ln32(x, norm["gamma"], norm["beta"]))
+    return _ln32(x + sublayer(x), norm["gamma"], norm["beta"])
+
+@A("residual_sublayer", "R", "tfmlib-free var_mean LN, torch.add")
+def rs_r2(x, sublayer, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    return torch.add(x, sublayer(ln(x))) if norm_first else ln(torch.add(x, sublayer(x)))
+
+@A("residual_sublayer", "R", "explicit if/else with the einsum LN")
+def rs_r3(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    if not norm_first:
+        y = sublayer(x)
+        return ln_r4(y + x, g, b)
+    h = ln_r4(x, g, b)
+    return h.new_zeros(()) + x + sublayer(h)
+
+@A("residual_sublayer", "W", "post-LN as x + LN(sublayer(x))")
+def rs_w1(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    return x + sub(ln(x)) if norm_first else x + ln(sub(x))
+
+@A("residual_sublayer", "W", "pre-LN adds LN(x) instead of x")
+def rs_w2(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    if norm_first: h = ln(x); return h + sub(h)
+    return ln(x + sub(x))
+
+@A("residual_sublayer", "W", "calls the sublayer twice")
+def rs_w3(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    if norm_first: sub(ln(x)); return x + sub(ln(x))
+    sub(x); return ln(x + sub(x))
+
+@A("residual_sublayer", "W", "sublayer applied per sample")
+def rs_w4(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    per = lambda t: torch.cat([sub(t[i:i + 1]) for i in range(t.size(0))])
+    return x + per(ln(x)) if norm_first else ln(x + per(x))
+
+@A("residual_sublayer", "W", "sublayer applied per token")
+def rs_w5(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    per = lambda t: torch.cat([sub(t[:, j:j + 1]) for j in range(t.size(1))], 1)
+    return x + per(ln(x)) if norm_first else ln(x + per(x))
+
+@A("residual_sublayer", "W", "norm_first ignored (always post-LN)")
+def rs_w6(x, sub, norm, norm_first=False):
+    return ln_r2(x + sub(x), norm["gamma"], norm["beta"])
+
+@A("residual_sublayer", "W", "pre-LN with a final LN too")
+def rs_w7(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    return ln(x + sub(ln(x))) if norm_first else ln(x + sub(x))
+
+@A("residual_sublayer", "W", "x += sublayer(x) in place")
+def rs_w8(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    with torch.no_grad():
+        if norm_first: x += sub(ln(x)); return x
+        x += sub(x); return ln(x)
+
+@A("residual_sublayer", "W", "LN with unbiased variance inside")
+def rs_w9(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_w1(t, norm["gamma"], norm["beta"])
+    return x + sub(ln(x)) if norm_first else ln(x + sub(x))
+
+@A("residual_sublayer", "W", "pre-LN: sublayer of x, LN of the sum's update")
+def rs_w10(x, sub, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    return x + ln(sub(x)) if norm_first else ln(x + sub(x))

@@ -988,7 +988,7 @@ def at_w14(q, k, v, mask=None):
     if mask is not None: w = w.masked_fill(~mask, 0.0)
     return w @ v, w
 
-generics("scaled_dot_product_attention", at_r1, ["f32", "idcache", "buffer", "counter"])
+generics("scaled_dot_product_attention", at_r1, ["f32", "idcache", "counter"])   # W_buffer leaves tuples alone
 
 # ---------------------------------------------------------------- 06 multihead
 @A("linear", "R", "einsum")
@@ -1067,7 +1067,8 @@ def sh_w1(x, num_heads):
     B, L, D = x.shape
     return x.reshape(B, num_heads, L, D // num_heads)
 
-@A("split_heads", "W", "view on a non-contiguous input")
+# label corrected from W: view only splits the last axis, which works whatever its stride
+@A("split_heads", "R", "view(B, L, H, d_k) then transpose")
 def sh_w2(x, num_heads):
     B, L, D = x.shape
     return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
@@ -1243,7 +1244,8 @@ def ff_r2(x, params):
     h = torch.maximum(h, torch.zeros((), dtype=work))
     return li_r1(h, P["w_2"], P["b_2"]).to(x.dtype)
 
-@A("feed_forward", "R", "h * (h > 0) and addmm rows")
+# label corrected from R: at a hidden unit of -inf (float16 overflow, the check's case 4) -inf * 0 = NaN, ReLU gives 0
+@A("feed_forward", "W", "h * (h > 0) and addmm rows")
 def ff_r3(x, params):
     h = li_r3(x, params["w_1"], params["b_1"])
     h = h * (h > 0)
@@ -1516,3 +1518,209 @@ def rs_w9(x, sub, norm, norm_first=False):
 def rs_w10(x, sub, norm, norm_first=False):
     ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
     return x + ln(sub(x)) if norm_first else ln(x + sub(x))
+
+# ---------------------------------------------------------------- batch 2: more styles and mistakes
+@A("broadcast_shape", "R", "returns torch.Size (a tuple subclass)")
+def bs_r4(a, b): return torch.Size(bs_r1(a, b))
+
+@A("broadcast_shape", "W", "accepts a clash when either size is 0")
+def bs_w12(a, b):
+    out = []
+    for x, y in itertools.zip_longest(reversed(a), reversed(b), fillvalue=1):
+        if x != y and 1 not in (x, y) and 0 not in (x, y): raise ValueError(f"sizes {x} and {y} clash")
+        out.append(min(x, y) if 0 in (x, y) else (y if x == 1 else x))
+    return tuple(reversed(out))
+
+@A("decode", "W", "stops at vocab.get('<eos>', 2): id 2 in a vocab without <eos>")
+def de_w9(ids, vocab, skip_specials=True):
+    inv = {i: t for t, i in vocab.items()}
+    eos = vocab.get("<eos>", 2)
+    out = []
+    for i in (ids.tolist() if torch.is_tensor(ids) else ids):
+        if skip_specials and i == eos: break
+        t = inv[i]
+        if skip_specials and t in SP: continue
+        out.append(t)
+    return " ".join(out)
+
+@A("decode", "W", "specials = the first four ids of the vocab")
+def de_w10(ids, vocab, skip_specials=True):
+    inv = {i: t for t, i in vocab.items()}
+    out = []
+    for i in (ids.tolist() if torch.is_tensor(ids) else ids):
+        t = inv[i]
+        if skip_specials and t == "<eos>": break
+        if skip_specials and i < 4: continue
+        out.append(t)
+    return " ".join(out)
+
+@A("decode", "R", "numpy array of ids, vectorised eos search")
+def de_r4(ids, vocab, skip_specials=True):
+    arr = np.asarray(ids.tolist() if torch.is_tensor(ids) else [int(i) for i in ids], dtype=np.int64)
+    inv = {i: t for t, i in vocab.items()}
+    if skip_specials and "<eos>" in vocab:
+        hit = np.nonzero(arr == vocab["<eos>"])[0]
+        if hit.size: arr = arr[: hit[0]]
+    toks = [inv[int(i)] for i in arr]
+    return " ".join(t for t in toks if not (skip_specials and t in SP))
+
+@A("encode", "W", "typed special tokens escaped to <unk>")
+def en_w9(sentence, vocab, add_bos=False, add_eos=False):
+    ids = [vocab["<unk>"] if w in SP else vocab.get(w, vocab["<unk>"]) for w in sentence.split()]
+    return ([vocab["<bos>"]] if add_bos else []) + ids + ([vocab["<eos>"]] if add_eos else [])
+
+@A("build_vocab", "W", "words numbered from 4 whatever the number of specials")
+def bv_w9(sentences, specials=SP):
+    v = {t: i for i, t in enumerate(specials)}
+    n = 4
+    for s in sentences:
+        for t in s.split():
+            if t not in v: v[t] = n; n += 1
+    return v
+
+@A("pad_batch", "R", "torch.full with an int fill (dtype inferred long)")
+def pb_r4(id_lists, pad_id, max_len=None):
+    if not id_lists: raise ValueError("id_lists: empty batch")
+    L = max_len if max_len is not None else max(len(r) for r in id_lists)
+    out = torch.full((len(id_lists), L), int(pad_id))
+    for b, r in enumerate(id_lists):
+        r = [int(i) for i in r][:L]
+        if r: out[b, :len(r)] = torch.tensor(r)
+    return out
+
+@A("pad_batch", "W", "r + [pad] * n (tuples and arrays break, fine for lists) but int32 via numpy")
+def pb_w9(id_lists, pad_id, max_len=None):
+    L = max_len if max_len is not None else max(len(r) for r in id_lists)
+    arr = np.full((len(id_lists), L), pad_id, dtype=np.int32)
+    for b, r in enumerate(id_lists): arr[b, :min(len(r), L)] = list(r)[:L]
+    return torch.from_numpy(arr)
+
+@A("embed", "R", "F.embedding (torch, not tfmlib) then scale")
+def em_r5(token_ids, table, scale=True):
+    out = F.embedding(token_ids, table)
+    return out * math.sqrt(table.size(-1)) if scale else out
+
+@A("embed", "W", "view(L, B, D) after flat lookup")
+def em_w8(token_ids, table, scale=True):
+    B, L = token_ids.shape
+    out = table[token_ids.reshape(-1)].view(L, B, -1).transpose(0, 1) if B != L else table[token_ids.T.reshape(-1)].view(L, B, -1)
+    return out * math.sqrt(table.size(1)) if scale else out
+
+@A("sinusoidal_positional_encoding", "W", "integer division in the exponent: 2 * i // d_model")
+def pe_w10(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    for i in range(d_model // 2):
+        div = 10000 ** (2 * i // d_model)
+        pos = torch.arange(max_len, dtype=torch.float64)
+        pe[:, 2 * i] = torch.sin(pos / div).float(); pe[:, 2 * i + 1] = torch.cos(pos / div).float()
+    return pe
+
+@A("apply_rope", "W", "positions counted from 1 when None")
+def ro_w9(x, positions=None):
+    return ro_r3(x, torch.arange(1, x.shape[-2] + 1) if positions is None else positions)
+
+@A("apply_rope", "W", "view_as_complex on x without contiguous (crash on transposed views)")
+def ro_w10(x, positions=None):
+    ang = _rope_angle(x.shape[-2], x.shape[-1], positions)
+    z = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
+    return torch.view_as_real(z * torch.polar(torch.ones_like(ang), ang).to(torch.complex64)).flatten(-2).to(x.dtype)
+
+@A("padding_mask", "R", "compare after unsqueeze")
+def pm_r4(token_ids, pad_id): return token_ids.unsqueeze(1).unsqueeze(2) != pad_id
+
+@A("causal_mask", "W", "off by one: tril of an (L+1) square cut from the bottom-right")
+def cm_w8(seq_len): return torch.ones(seq_len + 1, seq_len + 1, dtype=torch.bool).tril()[1:, 1:][None, None] if False else torch.ones(seq_len + 1, seq_len + 1, dtype=torch.bool).tril()[1:, :-1][None, None]
+
+@A("target_mask", "R", "bool * bool")
+def tm_r4(token_ids, pad_id):
+    L = token_ids.size(1)
+    return pm_r4(token_ids, pad_id) * torch.ones(L, L, dtype=torch.bool).tril()
+
+@A("scaled_dot_product_attention", "R", "exp(log_softmax), masked scores via masked_fill")
+def at_r6(query, key, value, mask=None):
+    s = query @ key.mT * query.size(-1) ** -0.5
+    if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+    w = torch.log_softmax(s, -1).exp()
+    if mask is not None: w = torch.where(mask, w, torch.zeros((), dtype=w.dtype))
+    return w @ value, w
+
+@A("scaled_dot_product_attention", "W", "scale by sqrt(Lk)")
+def at_w15(q, k, v, mask=None): return _att_core(q, k, v, mask, scale=k.size(-2))
+
+@A("scaled_dot_product_attention", "W", "weights zeroed but context from unzeroed NaN->0 uniform (finfo.min fill, weights zeroed after @)")
+def at_w16(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    w = torch.softmax(s, -1)
+    ctx = w @ v
+    if mask is not None: w = w.masked_fill(~mask, 0.0)
+    return ctx, w
+
+@A("linear", "W", "`if bias:` (ambiguous truth value for out > 1)")
+def li_w8(x, weight, bias=None):
+    y = x @ weight.T
+    if bias: y = y + bias
+    return y
+
+@A("multi_head_attention", "W", "heads and d_k confused: split into D // H heads")
+def mha_w10(q, k, v, p, H, mask=None):
+    D = q.size(-1)
+    return _mha(q, k, v, p, D // H, mask)
+
+@A("multi_head_attention", "W", "mask only for the first head")
+def mha_w11(query, key, value, params, num_heads, mask=None):
+    q = sh_r2(_lin(query, params["w_q"], params.get("b_q")), num_heads)
+    k = sh_r2(_lin(key, params["w_k"], params.get("b_k")), num_heads)
+    v = sh_r2(_lin(value, params["w_v"], params.get("b_v")), num_heads)
+    if mask is None: c, w = at_r1(q, k, v)
+    else:
+        c0, w0 = at_r1(q[:, :1], k[:, :1], v[:, :1], mask)
+        c1, w1 = at_r1(q[:, 1:], k[:, 1:], v[:, 1:])
+        c, w = torch.cat([c0, c1], 1), torch.cat([w0, w1], 1)
+    return _lin(mh_r2(c), params["w_o"], params.get("b_o")), w
+
+@A("multi_head_attention", "R", "einsum projections but own attention at_r1 (not the additive-mask one)")
+def mha_r4(query, key, value, params, num_heads, mask=None):
+    D = query.size(-1); H = num_heads; dk = D // H
+    def proj(x, n):
+        y = torch.einsum("bld,hkd->bhlk", x, params[f"w_{n}"].reshape(H, dk, D))
+        b = params.get(f"b_{n}")
+        return y if b is None else y + b.reshape(1, H, 1, dk)
+    c, w = at_r1(proj(query, "q"), proj(key, "k"), proj(value, "v"), mask)
+    out = torch.einsum("bhlk,ohk->blo", c, params["w_o"].reshape(D, H, dk))
+    bo = params.get("b_o")
+    return (out if bo is None else out + bo), w
+
+@A("dropout", "R", "module-level generator seeded once (a new mask each call)")
+def dr_r4(x, p, training=True, _g=torch.Generator().manual_seed(1234)):
+    if not training or p == 0: return x
+    return x * (torch.rand(x.shape, generator=_g) >= p) / (1 - p)
+
+@A("dropout", "W", "eval mode returns x * (1 - p) (old non-inverted habit)")
+def dr_w12(x, p, training=True):
+    if not training: return x * (1 - p)
+    return x * (torch.rand(x.shape) >= p) / (1 - p)
+
+@A("dropout", "W", "divides by p (p read as keep probability)")
+def dr_w13(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= p) / p
+
+@A("dropout", "W", "rand_like(x) (x's dtype)")
+def dr_w14(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand_like(x) >= p) / (1 - p)
+
+@A("layer_norm", "W", "gamma applied before normalising")
+def ln_w12(x, g, b, eps=1e-5):
+    y = x * g
+    return (y - y.mean(-1, keepdim=True)) / torch.sqrt(y.var(-1, keepdim=True, unbiased=False) + eps) + b
+
+@A("layer_norm", "W", "var + eps ** 2 inside the root")
+def ln_w13(x, g, b, eps=1e-5): return _ln(x, g, b, eps ** 2)
+
+@A("residual_sublayer", "W", "pre-LN: LN with eps 1e-6 and unscaled? no: gamma/beta ignored")
+def rs_w11(x, sub, norm, norm_first=False):
+    one = torch.ones_like(norm["gamma"]); zero = torch.zeros_like(norm["beta"])
+    ln = lambda t: ln_r2(t, one, zero)
+    return x + sub(ln(x)) if norm_first else ln(x + sub(x))

@@ -1724,3 +1724,26 @@ def rs_w11(x, sub, norm, norm_first=False):
     one = torch.ones_like(norm["gamma"]); zero = torch.zeros_like(norm["beta"])
     ln = lambda t: ln_r2(t, one, zero)
     return x + sub(ln(x)) if norm_first else ln(x + sub(x))
+
+# ---------------------------------------------------------------- batch 3: argument order, redundant terms
+@A("encode", "W", "add_eos and add_bos swapped in the signature")
+def en_w10(sentence, vocab, add_eos=False, add_bos=False):
+    ids = [vocab.get(w, vocab["<unk>"]) for w in sentence.split()]
+    return ([vocab["<bos>"]] if add_bos else []) + ids + ([vocab["<eos>"]] if add_eos else [])
+
+@A("multi_head_attention", "R", "b_k dropped: q . b_k is the same for every key, softmax ignores it")
+def mha_r5(query, key, value, params, num_heads, mask=None):
+    p2 = dict(params); p2["b_k"] = None
+    return mha_r2(query, key, value, p2, num_heads, mask)
+
+@A("layer_norm", "W", "eps argument ignored (1e-5 hard-coded)")
+def ln_w14(x, g, b, eps=1e-5): return _ln(x, g, b, 1e-5)
+
+@A("pad_batch", "W", "max_len and pad_id swapped in the signature")
+def pb_w10(id_lists, max_len=None, pad_id=0): return pb_r3(id_lists, pad_id, max_len)
+
+@A("apply_rope", "W", "positions used as given but sorted first (a habit from masks)")
+def ro_w11(x, positions=None): return ro_r3(x, None if positions is None else positions.sort().values)
+
+@A("residual_sublayer", "W", "Post-LN when norm_first=True and Pre-LN when False (flag read backwards)")
+def rs_w12(x, sub, norm, norm_first=False): return rs_r2(x, sub, norm, not norm_first)

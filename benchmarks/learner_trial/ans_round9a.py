@@ -1747,3 +1747,14 @@ def ro_w11(x, positions=None): return ro_r3(x, None if positions is None else po
 
 @A("residual_sublayer", "W", "Post-LN when norm_first=True and Pre-LN when False (flag read backwards)")
 def rs_w12(x, sub, norm, norm_first=False): return rs_r2(x, sub, norm, not norm_first)
+
+@A("feed_forward", "R", "where(h > 0, h, 0) on addmm rows (the fixed h * (h > 0))")
+def ff_r4(x, params):
+    h = li_r3(x, params["w_1"], params["b_1"])
+    h = torch.where(h > 0, h, torch.zeros((), dtype=h.dtype))
+    return li_r3(h, params["w_2"], params["b_2"])
+
+@A("feed_forward", "W", "ReLU as (h + |h|) / 2 (NaN at -inf)")
+def ff_w8(x, params):
+    h = li_r1(x, params["w_1"], params["b_1"])
+    return li_r1((h + h.abs()) / 2, params["w_2"], params["b_2"])

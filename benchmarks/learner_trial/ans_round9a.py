@@ -868,7 +868,7 @@ def at_r2(query, key, value, mask=None):
     if mask is not None: w = w * mask
     return (w @ v).to(query.dtype), w.to(query.dtype)
 
-@A("scaled_dot_product_attention", "R", "additive -inf mask, K scaled instead of Q")
+@A("scaled_dot_product_attention", "W", "additive -inf mask, K scaled instead of Q (W since round 9: NaN gradient on a row with no visible key, now announced in 05)")
 def at_r3(query, key, value, mask=None):
     s = query @ (key / math.sqrt(key.size(-1))).transpose(-2, -1)
     if mask is not None:
@@ -1165,7 +1165,7 @@ def mha_r2(query, key, value, params, num_heads, mask=None):
     c, w = at_r1(q, k, v, mask)
     return li_r1(mh_r2(c), P["w_o"], P.get("b_o")).to(dt), w.to(dt)
 
-@A("multi_head_attention", "R", "stacked w_qkv projection via einsum with heads axis")
+@A("multi_head_attention", "W", "stacked w_qkv projection via einsum with heads axis (W since round 9: its attention adds a -inf mask, NaN gradient on a row with no visible key)")
 def mha_r3(query, key, value, params, num_heads, mask=None):
     D = query.size(-1); H = num_heads; dk = D // H
     def proj(x, n):

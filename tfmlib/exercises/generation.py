@@ -407,6 +407,7 @@ def _lm_step_cases() -> list[Case]:
         _lm_step_case("one new token after 5 cached, 2 blocks", g, two, 2, 5, 1),
         _lm_step_case("3 new tokens after 2 cached, 2 blocks", g, two, 1, 2, 3),
         _lm_step_case("one new token after 1 cached, 1 block", g, one, 3, 1, 1),
+        _lm_step_case("2 new tokens after 68 cached: a context past 64", g, LMConfig(9, 8, 2, 12, 1, 80), 1, 68, 2),
     ]
 
 

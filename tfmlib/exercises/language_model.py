@@ -181,7 +181,8 @@ def _lm_forward_cases() -> list[Case]:
                                                                      d_ff=8, num_layers=2, max_len=6)),
             # the final LayerNorm reads a hidden state whose variance is far below eps (1e-5)
             _forward_case("every weight but the final LayerNorm's x 1e-3", g, 2, 5,
-                          LMConfig(9, d_model=8, num_heads=2, d_ff=12, num_layers=2, max_len=5), weight_scale=1e-3)]
+                          LMConfig(9, d_model=8, num_heads=2, d_ff=12, num_layers=2, max_len=5), weight_scale=1e-3),
+            _forward_case("a context past 64 and past the vocab", g, 1, 70, LMConfig(9, 8, 2, 12, 1, max_len=80))]
 
 
 def _forward_variant(positions="before the blocks", scale=True, final_norm=True, tied="E^T",
@@ -253,7 +254,8 @@ def _lm_loss_cases() -> list[Case]:
     return [_forward_case("windows of max_len + 1, as many positions as the vocab has ids", g, 3, 7, config),
             _forward_case("shorter windows", g, 2, 4, config),
             _forward_case("one block, 2 tokens: one prediction each", g, 4, 2,
-                          LMConfig(5, d_model=6, num_heads=3, d_ff=8, num_layers=1, max_len=3))]
+                          LMConfig(5, d_model=6, num_heads=3, d_ff=8, num_layers=1, max_len=3)),
+            _forward_case("windows of 71 tokens: a context past 64", g, 1, 71, LMConfig(6, 8, 2, 12, 1, max_len=70))]
 
 
 def _loss_variant(inputs="ids[:, :-1]", targets="ids[:, 1:]", loss="cross_entropy"):

@@ -150,7 +150,7 @@ def _encode_cases() -> list[Case]:
         Case("unknown words", ("the zebra sat on a sofa", vocab)),
         Case("with <bos> and <eos>", ("the cat sat", vocab), {"add_bos": True, "add_eos": True}),
         Case("<eos> only", ("a cat", vocab), {"add_eos": True}),
-        Case("<bos> only", ("the dog", vocab), {"add_bos": True}),
+        Case("<bos> only, given by position as the stub orders the flags", ("the dog", vocab, True)),
         Case("a vocab whose <unk> is 1, <bos> 2, <eos> 3; double space", ("zebra the  dog", other),
              {"add_bos": True, "add_eos": True}),
         Case("empty sentence", ("", vocab), {"add_bos": True, "add_eos": True}),

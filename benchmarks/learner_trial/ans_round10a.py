@@ -386,3 +386,347 @@ def pb_w7(id_lists, pad_id, max_len=None):
 
 @A('pad_batch', 'W', 'pads with 0, not pad_id')
 def pb_w8(id_lists, pad_id, max_len=None): return pb_r1(id_lists, 0, max_len)
+
+# extra 02 answers
+@A('decode', 'W', 'tensor elements used as dict keys (no int())')
+def de_w8(ids, vocab, skip_specials=True):
+    inv = _inv(vocab); toks = []
+    for i in ids:
+        t = inv[i]
+        if skip_specials and t == "<eos>": break
+        if skip_specials and t in SP: continue
+        toks.append(t)
+    return " ".join(toks)
+
+@A('encode', 'W', 'cache keyed by sentence and id(vocab)')
+def en_w9(sentence, vocab, add_bos=False, add_eos=False, _c={}):
+    k = (sentence, id(vocab), add_bos, add_eos)
+    if k not in _c: _c[k] = en_r1(sentence, vocab, add_bos, add_eos)
+    return _c[k]
+
+@A('build_vocab', 'W', 'specials numbered after the words')
+def bv_w9(sentences, specials=SP):
+    v = {}
+    for s in sentences:
+        for w in s.split():
+            if w not in specials: v.setdefault(w, len(v))
+    for t in specials: v.setdefault(t, len(v))
+    return v
+
+# ---------------- 03 embeddings ----------------
+@A('embed', 'R', 'index_select on flattened ids, float64 scale then cast back')
+def em_r1(token_ids, table, scale=True):
+    out = table.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, table.shape[1])
+    return (out.double() * math.sqrt(table.shape[1])).to(table.dtype) if scale else out
+
+@A('embed', 'R', 'one loop over the batch, stack, times D ** 0.5')
+def em_r2(token_ids, table, scale=True):
+    out = torch.stack([table[row] for row in token_ids]) if token_ids.shape[0] else table[token_ids]
+    return out * table.size(-1) ** 0.5 if scale else out
+
+@A('embed', 'R', 'torch.take_along_dim / gather rows')
+def em_r3(token_ids, table, scale=True):
+    B, L = token_ids.shape; D = table.shape[1]
+    idx = token_ids.reshape(-1, 1).expand(-1, D)
+    out = torch.gather(table, 0, idx).reshape(B, L, D)
+    return out * math.sqrt(D) if scale else out.clone()
+
+@A('embed', 'W', 'int(sqrt(D))')
+def em_w1(token_ids, table, scale=True):
+    out = table[token_ids]; return out * int(math.sqrt(table.size(1))) if scale else out
+
+@A('embed', 'W', 'scales by sqrt(V)')
+def em_w2(token_ids, table, scale=True):
+    out = table[token_ids]; return out * math.sqrt(table.size(0)) if scale else out
+
+@A('embed', 'W', 'ignores scale=False')
+def em_w3(token_ids, table, scale=True): return table[token_ids] * math.sqrt(table.size(1))
+
+@A('embed', 'W', 'scales the table in place')
+def em_w4(token_ids, table, scale=True):
+    if scale:
+        with torch.no_grad(): table.mul_(math.sqrt(table.size(1)))
+    return table[token_ids]
+
+@A('embed', 'W', 'sqrt(D) rounded to the dtype first (bf16: 5.66 -> 5.656)')
+def em_w5(token_ids, table, scale=True):
+    out = table[token_ids]
+    return out * torch.tensor(math.sqrt(table.size(1)), dtype=torch.bfloat16).to(table.dtype) if scale else out
+
+@A('embed', 'W', 'divides by sqrt(D)')
+def em_w6(token_ids, table, scale=True):
+    out = table[token_ids]; return out / math.sqrt(table.size(1)) if scale else out
+
+@A('embed', 'W', 'one_hot matmul in float32 (returns float32)')
+def em_w7(token_ids, table, scale=True):
+    out = F.one_hot(token_ids, table.size(0)).float() @ table.float()
+    return out * math.sqrt(table.size(1)) if scale else out
+generics('embed', em_r2, ['f64', 'idcache', 'buffer', 'counter'])
+
+@A('sinusoidal_positional_encoding', 'R', 'python loop with math.sin/cos')
+def pe_r1(max_len, d_model):
+    rows = [[(math.sin if j % 2 == 0 else math.cos)(p * 10000 ** (-(j - j % 2) / d_model)) for j in range(d_model)] for p in range(max_len)]
+    return torch.tensor(rows, dtype=torch.float32)
+
+@A('sinusoidal_positional_encoding', 'R', 'complex exponential (polar), float64, interleave by stack')
+def pe_r2(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    freq = torch.pow(torch.tensor(10000.0, dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    z = torch.polar(torch.ones(max_len, d_model // 2, dtype=torch.float64), pos * freq)
+    return torch.stack((z.imag, z.real), dim=-1).reshape(max_len, d_model).float()
+
+@A('sinusoidal_positional_encoding', 'R', 'exp(-log(10000) * 2i / d) in float64, scatter by index')
+def pe_r3(max_len, d_model):
+    i = torch.arange(d_model // 2, dtype=torch.float64)
+    ang = torch.outer(torch.arange(max_len, dtype=torch.float64), torch.exp(-math.log(10000.0) * 2 * i / d_model))
+    pe = torch.empty(max_len, d_model, dtype=torch.float64)
+    pe.index_copy_(1, 2 * i.long(), ang.sin()); pe.index_copy_(1, 2 * i.long() + 1, ang.cos())
+    return pe.to(torch.float32)
+
+def _pe(max_len, d_model, fn=lambda two_i, d: 10000 ** (-two_i / d), start=0, dtype=torch.float64):
+    pos = torch.arange(start, start + max_len, dtype=dtype)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=dtype)
+    a = pos * fn(two_i, d_model)
+    pe = torch.zeros(max_len, d_model, dtype=dtype); pe[:, 0::2] = a.sin(); pe[:, 1::2] = a.cos()
+    return pe.float()
+
+@A('sinusoidal_positional_encoding', 'W', 'cos on even columns, sin on odd')
+def pe_w1(max_len, d_model):
+    pe = _pe(max_len, d_model); return pe.view(max_len, -1, 2).flip(-1).reshape(max_len, d_model)
+
+@A('sinusoidal_positional_encoding', 'W', 'sin half then cos half (concatenated)')
+def pe_w2(max_len, d_model):
+    pe = _pe(max_len, d_model); return torch.cat([pe[:, 0::2], pe[:, 1::2]], dim=1)
+
+@A('sinusoidal_positional_encoding', 'W', 'exponent uses the column j, not 2i')
+def pe_w3(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]; j = torch.arange(d_model, dtype=torch.float64)
+    a = pos * 10000 ** (-j / d_model); pe = torch.where(j.long() % 2 == 0, a.sin(), a.cos()); return pe.float()
+
+@A('sinusoidal_positional_encoding', 'W', 'positions start at 1')
+def pe_w4(max_len, d_model): return _pe(max_len, d_model, start=1)
+
+@A('sinusoidal_positional_encoding', 'W', 'exponent -i/d (i, not 2i)')
+def pe_w5(max_len, d_model): return _pe(max_len, d_model, fn=lambda two_i, d: 10000 ** (-(two_i / 2) / d))
+
+@A('sinusoidal_positional_encoding', 'W', 'lru_cache returns the same tensor')
+@functools.lru_cache(maxsize=None)
+def pe_w6(max_len, d_model): return _pe(max_len, d_model)
+
+@A('sinusoidal_positional_encoding', 'W', 'angles computed in float16')
+def pe_w7(max_len, d_model): return _pe(max_len, d_model, dtype=torch.float16) if max_len < 2048 else _pe(max_len, d_model, dtype=torch.bfloat16)
+
+@A('sinusoidal_positional_encoding', 'W', 'base 1000')
+def pe_w8(max_len, d_model): return _pe(max_len, d_model, fn=lambda two_i, d: 1000.0 ** (-two_i / d))
+generics('sinusoidal_positional_encoding', pe_r3, ['f64', 'shapecache', 'buffer'])
+
+@A('add_positional_encoding', 'R', 'narrow + unsqueeze + torch.add')
+def ap_r1(x, pe): return torch.add(x, pe.narrow(0, 0, x.shape[1]).unsqueeze(0))
+
+@A('add_positional_encoding', 'R', 'loop over the batch, stack')
+def ap_r2(x, pe): return torch.stack([x[b] + pe[:x.size(1)] for b in range(x.size(0))])
+
+@A('add_positional_encoding', 'R', 'einsum-free expand then sum of a stacked pair')
+def ap_r3(x, pe): return torch.stack((x, pe[:x.shape[-2]].expand_as(x)), 0).sum(0)
+
+@A('add_positional_encoding', 'W', 'x += pe (in place)')
+def ap_w1(x, pe):
+    with torch.no_grad(): x += pe[:x.size(1)]
+    return x
+
+@A('add_positional_encoding', 'W', 'pe[:B] instead of pe[:L]')
+def ap_w2(x, pe): return x + pe[:x.size(0)].unsqueeze(1) if x.size(0) != x.size(1) else x + pe[:x.size(1)]
+
+@A('add_positional_encoding', 'W', 'the last L rows of pe')
+def ap_w3(x, pe): return x + pe[pe.size(0) - x.size(1):]
+
+@A('add_positional_encoding', 'W', 'pe rows from 1')
+def ap_w4(x, pe): return x + torch.cat([pe[1:x.size(1) + 1], pe[:max(0, x.size(1) + 1 - pe.size(0))]])[:x.size(1)]
+
+@A('add_positional_encoding', 'W', 'pe sliced then cast to float32')
+def ap_w5(x, pe): return x + pe[:x.size(1)].float()
+
+@A('add_positional_encoding', 'W', 'scales pe by sqrt(D) too')
+def ap_w6(x, pe): return x + pe[:x.size(1)] * math.sqrt(x.size(-1))
+
+@A('add_positional_encoding', 'W', 'adds the whole pe when max_len == L only, else pe[0] broadcast')
+def ap_w7(x, pe): return x + (pe if pe.size(0) == x.size(1) else pe[:1])
+generics('add_positional_encoding', ap_r1, ['f32', 'mutate', 'idcache', 'buffer', 'counter'])
+
+def _rope_ref(x, positions=None, dtype=torch.float64):
+    L, D = x.shape[-2], x.shape[-1]
+    pos = torch.arange(L, dtype=dtype) if positions is None else positions.to(dtype)
+    a = pos[:, None] * 10000.0 ** (-torch.arange(0, D, 2, dtype=dtype) / D)
+    return a
+
+@A('apply_rope', 'R', 'float32 pairs as complex numbers, cast back')
+def rp_r1(x, positions=None):
+    a = _rope_ref(x, positions)
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2).contiguous())
+    r = torch.view_as_real(z * torch.polar(torch.ones_like(a), a)).reshape(x.shape)
+    return r.to(x.dtype)
+
+@A('apply_rope', 'R', 'even/odd written out, stack, float64 angle, cos/sin cast')
+def rp_r2(x, positions=None):
+    a = _rope_ref(x, positions); c, s = a.cos().to(x.dtype), a.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
+
+@A('apply_rope', 'R', '2x2 rotation matrices via einsum in float64')
+def rp_r3(x, positions=None):
+    a = _rope_ref(x, positions); c, s = a.cos(), a.sin()
+    R = torch.stack((torch.stack((c, -s), -1), torch.stack((s, c), -1)), -2)  # (L, D/2, 2, 2)
+    pairs = x.double().unflatten(-1, (-1, 2))
+    return torch.einsum('lkij,...lkj->...lki', R, pairs).flatten(-2).to(x.dtype)
+
+@A('apply_rope', 'W', 'rotate-half (pairs i and i + D/2)')
+def rp_w1(x, positions=None):
+    a = _rope_ref(x, positions); c, s = a.cos().to(x.dtype), a.sin().to(x.dtype)
+    h = x.shape[-1] // 2; x0, x1 = x[..., :h], x[..., h:]
+    return torch.cat((x0 * c - x1 * s, x0 * s + x1 * c), -1)
+
+@A('apply_rope', 'W', 'angle computed in x.dtype')
+def rp_w2(x, positions=None):
+    a = _rope_ref(x, positions, dtype=x.dtype if x.dtype != torch.float64 else torch.float64)
+    c, s = a.cos(), a.sin(); x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
+
+@A('apply_rope', 'W', 'positions ignored')
+def rp_w3(x, positions=None): return rp_r2(x, None)
+
+@A('apply_rope', 'W', 'rotates the other way')
+def rp_w4(x, positions=None): return rp_r2(x, -(positions if positions is not None else torch.arange(x.shape[-2])))
+
+@A('apply_rope', 'W', 'L taken from x.shape[1]')
+def rp_w5(x, positions=None):
+    L = x.shape[1]
+    if positions is None: positions = torch.arange(L)
+    a = positions.double()[:, None] * 10000.0 ** (-torch.arange(0, x.shape[-1], 2, dtype=torch.float64) / x.shape[-1])
+    c, s = a.cos().to(x.dtype), a.sin().to(x.dtype); x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
+
+@A('apply_rope', 'W', 'rotates x in place')
+def rp_w6(x, positions=None):
+    out = rp_r2(x, positions)
+    with torch.no_grad(): x.copy_(out)
+    return x
+
+@A('apply_rope', 'W', 'exponent -i/D')
+def rp_w7(x, positions=None):
+    L, D = x.shape[-2], x.shape[-1]
+    pos = torch.arange(L, dtype=torch.float64) if positions is None else positions.double()
+    a = pos[:, None] * 10000.0 ** (-torch.arange(D // 2, dtype=torch.float64) / D)
+    c, s = a.cos().to(x.dtype), a.sin().to(x.dtype); x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
+generics('apply_rope', rp_r2, ['f32', 'mutate', 'idcache', 'buffer'])
+
+# ---------------- 04 masks ----------------
+@A('padding_mask', 'R', 'ne + two unsqueezes')
+def pm_r1(token_ids, pad_id): return token_ids.ne(pad_id).unsqueeze(1).unsqueeze(1)
+
+@A('padding_mask', 'R', '~(ids == pad) reshaped')
+def pm_r2(token_ids, pad_id): B, L = token_ids.shape; return (~(token_ids == pad_id)).reshape(B, 1, 1, L)
+
+@A('padding_mask', 'R', 'python loop into a bool tensor')
+def pm_r3(token_ids, pad_id):
+    B, L = token_ids.shape; m = torch.zeros(B, 1, 1, L, dtype=torch.bool)
+    for b in range(B):
+        for j in range(L): m[b, 0, 0, j] = bool(token_ids[b, j] != pad_id)
+    return m
+
+@A('padding_mask', 'W', 'ids > pad_id')
+def pm_w1(token_ids, pad_id): return (token_ids > pad_id)[:, None, None, :]
+
+@A('padding_mask', 'W', 'ids.bool() (nonzero)')
+def pm_w2(token_ids, pad_id): return token_ids.bool()[:, None, None, :]
+
+@A('padding_mask', 'W', '(B, 1, L, 1)')
+def pm_w3(token_ids, pad_id): return (token_ids != pad_id)[:, None, :, None]
+
+@A('padding_mask', 'W', 'long instead of bool')
+def pm_w4(token_ids, pad_id): return (token_ids != pad_id).long()[:, None, None, :]
+
+@A('padding_mask', 'W', 'True on pads')
+def pm_w5(token_ids, pad_id): return (token_ids == pad_id)[:, None, None, :]
+
+@A('padding_mask', 'W', 'pad id cached from the first call')
+def pm_w6(token_ids, pad_id, _s={}):
+    p = _s.setdefault('pad', pad_id); return (token_ids != p)[:, None, None, :]
+generics('padding_mask', pm_r1, ['idcache', 'shapecache', 'buffer', 'counter'])
+
+@A('causal_mask', 'R', 'arange comparison')
+def cm_r1(seq_len): i = torch.arange(seq_len); return (i[None, :] <= i[:, None]).view(1, 1, seq_len, seq_len)
+
+@A('causal_mask', 'R', 'not the strict upper triangle')
+def cm_r2(seq_len): return torch.ones(seq_len, seq_len).triu(1).eq(0)[None, None]
+
+@A('causal_mask', 'R', 'python nested lists')
+def cm_r3(seq_len): return torch.tensor([[[[j <= i for j in range(seq_len)] for i in range(seq_len)]]], dtype=torch.bool)
+
+@A('causal_mask', 'W', 'upper triangle')
+def cm_w1(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.bool).triu()[None, None]
+
+@A('causal_mask', 'W', 'diagonal excluded')
+def cm_w2(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-1)[None, None]
+
+@A('causal_mask', 'W', '(L, L) without leading axes')
+def cm_w3(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+
+@A('causal_mask', 'W', 'float mask')
+def cm_w4(seq_len): return torch.ones(seq_len, seq_len).tril()[None, None]
+
+_CM = torch.ones(2048, 2048, dtype=torch.bool).tril()
+@A('causal_mask', 'W', 'slice of a 2048 x 2048 module buffer')
+def cm_w5(seq_len): return _CM[:seq_len, :seq_len][None, None]
+
+@A('causal_mask', 'W', 'nn.Transformer.generate_square_subsequent_mask == 0 (forbidden)')
+def cm_w6(seq_len): return (torch.nn.Transformer.generate_square_subsequent_mask(seq_len) == 0)[None, None]
+
+@A('causal_mask', 'W', 'lru_cache')
+@functools.lru_cache(maxsize=None)
+def cm_w7(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()[None, None]
+
+@A('causal_mask', 'W', 'uint8')
+def cm_w8(seq_len): return torch.ones(seq_len, seq_len, dtype=torch.uint8).tril()[None, None]
+
+@A('target_mask', 'R', 'my two functions')
+def tm_r1(token_ids, pad_id): return pm_r1(token_ids, pad_id) & cm_r1(token_ids.shape[1])
+
+@A('target_mask', 'R', "tfmlib's padding_mask and causal_mask (allowed)")
+def tm_r2(token_ids, pad_id):
+    from tfmlib import padding_mask, causal_mask
+    return padding_mask(token_ids, pad_id) & causal_mask(token_ids.size(1))
+
+@A('target_mask', 'R', 'one broadcast expression with arange')
+def tm_r3(token_ids, pad_id):
+    L = token_ids.size(-1); i = torch.arange(L, device=token_ids.device)
+    return torch.logical_and((token_ids != pad_id)[:, None, None, :], (i[None, :] <= i[:, None]))
+
+@A('target_mask', 'W', 'OR instead of AND')
+def tm_w1(token_ids, pad_id): return pm_r1(token_ids, pad_id) | cm_r1(token_ids.shape[1])
+
+@A('target_mask', 'W', 'padded query rows masked too')
+def tm_w2(token_ids, pad_id):
+    real = token_ids != pad_id
+    return (real[:, None, :, None] & real[:, None, None, :]) & cm_r1(token_ids.shape[1])
+
+@A('target_mask', 'W', 'causal transposed (triu)')
+def tm_w3(token_ids, pad_id): return pm_r1(token_ids, pad_id) & cm_w1(token_ids.shape[1])
+
+@A('target_mask', 'W', '(B, L, L) without the head axis')
+def tm_w4(token_ids, pad_id): return (pm_r1(token_ids, pad_id) & cm_r1(token_ids.shape[1]))[:, 0]
+
+@A('target_mask', 'W', 'L from token_ids.size(0)')
+def tm_w5(token_ids, pad_id):
+    n = token_ids.size(0)
+    c = cm_r1(n)
+    return pm_r1(token_ids, pad_id) & c if n == token_ids.size(1) else pm_r1(token_ids, pad_id) & cm_r1(token_ids.size(1)).transpose(-1, -2)
+
+@A('target_mask', 'W', 'pad_id ignored (0)')
+def tm_w6(token_ids, pad_id): return pm_r1(token_ids, 0) & cm_r1(token_ids.shape[1])
+
+@A('target_mask', 'W', 'causal from a 512 buffer (slice, no copy)')
+def tm_w7(token_ids, pad_id):
+    L = token_ids.size(1); c = _CM[:512, :512][:L, :L]
+    return pm_r1(token_ids, pad_id) & c
+generics('target_mask', tm_r1, ['idcache', 'shapecache', 'counter'])

@@ -730,3 +730,595 @@ def tm_w7(token_ids, pad_id):
     L = token_ids.size(1); c = _CM[:512, :512][:L, :L]
     return pm_r1(token_ids, pad_id) & c
 generics('target_mask', tm_r1, ['idcache', 'shapecache', 'counter'])
+
+# ---------------- 05 attention ----------------
+HALF = (torch.float16, torch.bfloat16)
+NEG = float("-inf")
+
+@A('scaled_dot_product_attention', 'R', 'hand softmax in float32 inside, safe denominator, cast back')
+def at_r1(query, key, value, mask=None):
+    dt = query.dtype; ct = torch.float32 if dt in HALF else dt
+    s = (query.to(ct) @ key.to(ct).transpose(-2, -1)) / math.sqrt(query.shape[-1])
+    if mask is not None: s = s.masked_fill(~mask, NEG)
+    m = s.amax(-1, keepdim=True); m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m); den = e.sum(-1, keepdim=True)
+    w = e / torch.where(den > 0, den, torch.ones_like(den))
+    return (w @ value.to(ct)).to(dt), w.to(dt)
+
+@A('scaled_dot_product_attention', 'R', 'einsum, -inf fill, softmax, nan_to_num')
+def at_r2(query, key, value, mask=None):
+    s = torch.einsum('...qd,...kd->...qk', query, key) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(mask.logical_not(), NEG)
+    w = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
+    return torch.einsum('...qk,...kv->...qv', w, value), w
+
+@A('scaled_dot_product_attention', 'R', 'finfo(dtype).min fill, then zero masked weights')
+def at_r3(query, key, value, mask=None):
+    s = (query / math.sqrt(query.size(-1))) @ key.mT
+    if mask is not None: s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    w = s.softmax(-1)
+    if mask is not None: w = w.masked_fill(~mask, 0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'R', 'float64 inside, cast back')
+def at_r4(query, key, value, mask=None):
+    dt = query.dtype
+    c, w = at_r3(query.double(), key.double(), value.double(), mask)
+    return c.to(dt), w.to(dt)
+
+@A('scaled_dot_product_attention', 'R', 'scale after the matmul (as the demo cell), -inf, where')
+def at_r5(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, NEG)
+    w = torch.softmax(s, dim=-1)
+    if mask is not None: w = torch.where(mask, w, torch.zeros((), dtype=w.dtype))
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'R', 'key scaled instead of query, my own stable softmax via logsumexp')
+def at_r6(query, key, value, mask=None):
+    s = query @ (key / math.sqrt(key.size(-1))).transpose(-1, -2)
+    if mask is not None: s = s.masked_fill(~mask, NEG)
+    lse = torch.logsumexp(s.float(), -1, keepdim=True)
+    w = torch.exp(s.float() - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))).to(s.dtype)
+    return w @ value, w
+
+def _att(query, key, value, mask=None, scale=None, fill=NEG, dim=-1, zero=True, tr=lambda k: k.transpose(-2, -1)):
+    s = query @ tr(key) / (scale if scale is not None else math.sqrt(query.size(-1)))
+    if mask is not None: s = s.masked_fill(~mask, fill)
+    w = torch.softmax(s, dim=dim)
+    if mask is not None and zero: w = torch.where(mask, w, 0.0)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'key.transpose(1, 2) (right on 3-D only)')
+def at_w1(q, k, v, mask=None): return _att(q, k, v, mask, tr=lambda k: k.transpose(1, 2))
+
+@A('scaled_dot_product_attention', 'W', 'fill -1e9')
+def at_w2(q, k, v, mask=None): return _att(q, k, v, mask, fill=-1e9)
+
+@A('scaled_dot_product_attention', 'W', 'fill -1e4')
+def at_w3(q, k, v, mask=None): return _att(q, k, v, mask, fill=-1e4)
+
+@A('scaled_dot_product_attention', 'W', 'no zeroing: NaN on fully masked rows')
+def at_w4(q, k, v, mask=None): return _att(q, k, v, mask, zero=False)
+
+@A('scaled_dot_product_attention', 'W', 'additive -inf mask + nan_to_num')
+def at_w5(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s + torch.zeros_like(s).masked_fill(~mask, NEG)
+    w = torch.nan_to_num(torch.softmax(s, -1)); return w @ v, w
+
+@A('scaled_dot_product_attention', 'W', 'softmax over queries (dim=-2)')
+def at_w6(q, k, v, mask=None): return _att(q, k, v, mask, dim=-2)
+
+@A('scaled_dot_product_attention', 'W', 'scale sqrt(d_v)')
+def at_w7(q, k, v, mask=None): return _att(q, k, v, mask, scale=math.sqrt(v.size(-1)))
+
+_AT = {}
+@A('scaled_dot_product_attention', 'W', 'scale remembered from the first call')
+def at_w8(q, k, v, mask=None):
+    return _att(q, k, v, mask, scale=_AT.setdefault('s', math.sqrt(q.size(-1))))
+
+@A('scaled_dot_product_attention', 'W', 'hand softmax without max subtraction')
+def at_w9(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    e = torch.exp(s)
+    if mask is not None: e = e * mask
+    den = e.sum(-1, keepdim=True); w = e / torch.where(den > 0, den, torch.ones_like(den))
+    return w @ v, w
+
+@A('scaled_dot_product_attention', 'W', 'context from NaN weights, then nan_to_num on the context')
+def at_w10(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, NEG)
+    w = torch.softmax(s, -1)
+    ctx = torch.nan_to_num(w @ v)
+    return ctx, torch.nan_to_num(w)
+
+@A('scaled_dot_product_attention', 'W', 'scores times mask (masked score 0)')
+def at_w11(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s * mask
+    w = torch.softmax(s, -1)
+    if mask is not None: w = w * mask
+    return w @ v, w
+
+@A('scaled_dot_product_attention', 'W', 'renormalised after zeroing with +1e-9')
+def at_w12(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    w = torch.softmax(s, -1)
+    if mask is not None:
+        w = w * mask; w = w / (w.sum(-1, keepdim=True) + 1e-9)
+    return w @ v, w
+
+@A('scaled_dot_product_attention', 'W', 'F.scaled_dot_product_attention for the context (forbidden)')
+def at_w13(q, k, v, mask=None):
+    c = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return torch.nan_to_num(c), _att(q, k, v, mask)[1]
+
+@A('scaled_dot_product_attention', 'W', 'fill float16 min (-65504) for every dtype')
+def at_w14(q, k, v, mask=None): return _att(q, k, v, mask, fill=-65504.0)
+generics('scaled_dot_product_attention', at_r5, ['f32', 'mutate', 'idcache', 'buffer', 'counter'])
+
+# ---------------- 06 multi-head ----------------
+@A('linear', 'R', 'einsum')
+def li_r1(x, weight, bias=None):
+    y = torch.einsum('...i,oi->...o', x, weight)
+    return y if bias is None else y + bias
+
+@A('linear', 'R', 'addmm on a 2-D reshape, reshaped back')
+def li_r2(x, weight, bias=None):
+    x2 = x.reshape(-1, x.shape[-1])
+    y = torch.addmm(bias, x2, weight.t()) if bias is not None else x2.mm(weight.t())
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+@A('linear', 'R', 'weight @ column vector, float64 inside')
+def li_r3(x, weight, bias=None):
+    y = (weight.double() @ x.double().unsqueeze(-1)).squeeze(-1)
+    if bias is not None: y = y + bias.double()
+    return y.to(x.dtype)
+
+@A('linear', 'W', 'no transpose (x @ weight)')
+def li_w1(x, weight, bias=None):
+    y = x @ weight if weight.shape[0] == weight.shape[1] else x @ weight.T
+    return y if bias is None else y + bias
+
+@A('linear', 'W', 'bias ignored')
+def li_w2(x, weight, bias=None): return x @ weight.T
+
+@A('linear', 'W', 'if bias: (truth of a tensor)')
+def li_w3(x, weight, bias=None):
+    y = x @ weight.T
+    if bias: y = y + bias
+    return y
+
+@A('linear', 'W', 'torch.mm (2-D only)')
+def li_w4(x, weight, bias=None):
+    y = torch.mm(x, weight.t()); return y if bias is None else y + bias
+
+@A('linear', 'W', '1-D x comes back (1, out)')
+def li_w5(x, weight, bias=None):
+    if x.dim() == 1: x = x.unsqueeze(0)
+    return li_r1(x, weight, bias)
+
+@A('linear', 'W', 'F.linear (forbidden)')
+def li_w6(x, weight, bias=None): return F.linear(x, weight, bias)
+
+@A('linear', 'W', 'bias added before the matmul')
+def li_w7(x, weight, bias=None):
+    if bias is None or weight.shape[0] != weight.shape[1]: return li_r1(x, weight, bias)
+    return (x + bias) @ weight.T
+generics('linear', li_r1, ['f32', 'mutate', 'idcache', 'buffer', 'counter'])
+
+@A('split_heads', 'R', 'reshape + permute')
+def sh_r1(x, num_heads):
+    B, L, D = x.shape; return x.reshape(B, L, num_heads, D // num_heads).permute(0, 2, 1, 3)
+
+@A('split_heads', 'R', 'stack of chunks')
+def sh_r2(x, num_heads): return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+@A('split_heads', 'R', 'unflatten + movedim, contiguous')
+def sh_r3(x, num_heads): return x.unflatten(-1, (num_heads, -1)).movedim(2, 1).contiguous()
+
+@A('split_heads', 'W', 'reshape straight to (B, H, L, d_k)')
+def sh_w1(x, num_heads): B, L, D = x.shape; return x.reshape(B, num_heads, L, D // num_heads)
+
+@A('split_heads', 'W', '.view (fails on non-contiguous input)')
+def sh_w2(x, num_heads): B, L, D = x.shape; return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+@A('split_heads', 'W', '(B, L, d_k, H) then permute: interleaved heads')
+def sh_w3(x, num_heads): B, L, D = x.shape; return x.reshape(B, L, D // num_heads, num_heads).permute(0, 3, 1, 2)
+
+@A('split_heads', 'W', 'transpose first, then reshape')
+def sh_w4(x, num_heads): B, L, D = x.shape; return x.transpose(1, 2).reshape(B, num_heads, L, D // num_heads)
+
+@A('split_heads', 'W', 'returns (B, L, H, d_k)')
+def sh_w5(x, num_heads): B, L, D = x.shape; return x.reshape(B, L, num_heads, D // num_heads)
+
+@A('split_heads', 'W', 'num_heads remembered from the first call')
+def sh_w6(x, num_heads, _s={}): return sh_r1(x, _s.setdefault('h', num_heads))
+generics('split_heads', sh_r1, ['f32', 'mutate', 'idcache', 'buffer'])
+
+@A('merge_heads', 'R', 'permute + reshape')
+def mh_r1(x): B, H, L, d = x.shape; return x.permute(0, 2, 1, 3).reshape(B, L, H * d)
+
+@A('merge_heads', 'R', 'cat of unbind over heads')
+def mh_r2(x): return torch.cat(x.unbind(1), dim=-1)
+
+@A('merge_heads', 'R', 'transpose + flatten(2)')
+def mh_r3(x): return x.transpose(1, 2).flatten(2)
+
+@A('merge_heads', 'W', 'reshape straight')
+def mh_w1(x): B, H, L, d = x.shape; return x.reshape(B, L, H * d)
+
+@A('merge_heads', 'W', 'transpose then view')
+def mh_w2(x): B, H, L, d = x.shape; return x.transpose(1, 2).view(B, L, H * d)
+
+@A('merge_heads', 'W', 'interleaved (d_k before H)')
+def mh_w3(x): B, H, L, d = x.shape; return x.permute(0, 2, 3, 1).reshape(B, L, H * d)
+
+@A('merge_heads', 'W', 'transpose(1, 3)')
+def mh_w4(x): B, H, L, d = x.shape; return x.transpose(1, 3).reshape(B, L, H * d) if L == d else x.permute(0, 2, 3, 1).reshape(B, L, H * d)
+
+@A('merge_heads', 'W', 'B and H read swapped')
+def mh_w5(x): H, B, L, d = x.shape; return x.permute(1, 2, 0, 3).reshape(B, L, H * d).reshape(x.shape[0], L, -1) if B == H else x.transpose(0, 1).transpose(1, 2).reshape(B, L, H * d)
+generics('merge_heads', mh_r1, ['f32', 'mutate', 'idcache', 'buffer'])
+
+@A('multi_head_attention', 'R', 'my own linear/split/merge/attention, params["b_q"]')
+def mha_r1(query, key, value, params, num_heads, mask=None):
+    q = sh_r1(li_r1(query, params["w_q"], params["b_q"]), num_heads)
+    k = sh_r1(li_r1(key, params["w_k"], params["b_k"]), num_heads)
+    v = sh_r1(li_r1(value, params["w_v"], params["b_v"]), num_heads)
+    ctx, w = at_r5(q, k, v, mask)
+    return li_r1(mh_r1(ctx), params["w_o"], params["b_o"]), w
+
+@A('multi_head_attention', 'R', 'loop over heads with weight slices, tfmlib attention, cat')
+def mha_r2(query, key, value, params, num_heads, mask=None):
+    from tfmlib import scaled_dot_product_attention
+    D = query.size(-1); dk = D // num_heads; ctxs, ws = [], []
+    def proj(x, n, h):
+        W = params["w_" + n][h * dk:(h + 1) * dk]; b = params.get("b_" + n)
+        y = x @ W.T
+        return y + b[h * dk:(h + 1) * dk] if b is not None else y
+    for h in range(num_heads):
+        m = mask
+        if m is not None and m.dim() == 4 and m.size(1) > 1: m = m[:, h]
+        elif m is not None and m.dim() == 4: m = m[:, 0]
+        c, w = scaled_dot_product_attention(proj(query, "q", h), proj(key, "k", h), proj(value, "v", h), m)
+        ctxs.append(c); ws.append(w)
+    out = torch.cat(ctxs, -1) @ params["w_o"].T
+    if params.get("b_o") is not None: out = out + params["b_o"]
+    return out, torch.stack(ws, 1)
+
+@A('multi_head_attention', 'R', 'einsum with weights viewed (H, d_k, D), float32 attention inside')
+def mha_r3(query, key, value, params, num_heads, mask=None):
+    D = query.size(-1); H = num_heads; dk = D // H
+    def proj(x, n):
+        y = torch.einsum('bld,hkd->bhlk', x, params["w_" + n].reshape(H, dk, D))
+        b = params.get("b_" + n)
+        return y if b is None else y + b.reshape(H, 1, dk)
+    ctx, w = at_r1(proj(query, "q"), proj(key, "k"), proj(value, "v"), mask)
+    out = torch.einsum('bhlk,ehk->ble', ctx, params["w_o"].reshape(D, H, dk))
+    if params.get("b_o") is not None: out = out + params["b_o"]
+    return out, w
+
+def _mha(query, key, value, params, H, mask=None, wo=True, sh=sh_r1, mh=mh_r1, att=at_r5, kv=('k', 'v'), self_att=False):
+    if self_att: key = value = query
+    q = sh(li_r1(query, params["w_q"], params["b_q"]), H)
+    k = sh(li_r1(key, params["w_" + kv[0]], params["b_" + kv[0]]), H)
+    v = sh(li_r1(value, params["w_" + kv[1]], params["b_" + kv[1]]), H)
+    ctx, w = att(q, k, v, mask)
+    m = mh(ctx)
+    return (li_r1(m, params["w_o"], params["b_o"]) if wo else m), w
+
+@A('multi_head_attention', 'W', 'no output projection')
+def mha_w1(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, wo=False)
+
+@A('multi_head_attention', 'W', 'weights averaged over heads')
+def mha_w2(q, k, v, p, H, mask=None): o, w = _mha(q, k, v, p, H, mask); return o, w.mean(1)
+
+@A('multi_head_attention', 'W', 'mask not passed on')
+def mha_w3(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, None)
+
+@A('multi_head_attention', 'W', 'scaled by sqrt(d_model)')
+def mha_w4(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, att=lambda a, b, c, m: _att(a, b, c, m, scale=math.sqrt(a.size(-1) * H)))
+
+@A('multi_head_attention', 'W', 'w_k applied to value, w_v to key')
+def mha_w5(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, kv=('v', 'k'))
+
+@A('multi_head_attention', 'W', 'self-attention assumed (key = value = query)')
+def mha_w6(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, self_att=True)
+
+@A('multi_head_attention', 'W', 'split by reshape straight to heads')
+def mha_w7(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, sh=sh_w1)
+
+@A('multi_head_attention', 'W', 'merge without transpose')
+def mha_w8(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, mh=mh_w1)
+
+@A('multi_head_attention', 'W', 'b_o added before w_o')
+def mha_w9(q, k, v, p, H, mask=None):
+    o, w = _mha(q, k, v, p, H, mask, wo=False); return (o + p["b_o"]) @ p["w_o"].T, w
+
+@A('multi_head_attention', 'W', 'attention filled with -1e9 (fp16 inf)')
+def mha_w10(q, k, v, p, H, mask=None): return _mha(q, k, v, p, H, mask, att=at_w2)
+generics('multi_head_attention', mha_r1, ['f32', 'mutate', 'idcache', 'buffer', 'counter'])
+
+# ---------------- 07 sublayers ----------------
+@A('feed_forward', 'R', 'F.linear twice + clamp(min=0)')
+def ff_r1(x, params):
+    return F.linear(F.linear(x, params["w_1"], params["b_1"]).clamp(min=0), params["w_2"], params["b_2"])
+
+@A('feed_forward', 'R', "tfmlib's linear (imported by 07) + torch.maximum")
+def ff_r2(x, params):
+    from tfmlib import linear
+    h = linear(x, params["w_1"], params["b_1"])
+    return linear(torch.maximum(h, torch.zeros((), dtype=h.dtype)), params["w_2"], params["b_2"])
+
+@A('feed_forward', 'R', 'my einsum linear, relu, float32 inside for half, cast back')
+def ff_r3(x, params):
+    ct = torch.float32 if x.dtype in HALF else x.dtype
+    p = {k: v.to(ct) for k, v in params.items()}
+    h = torch.relu(li_r1(x.to(ct), p["w_1"], p["b_1"]))
+    return li_r1(h, p["w_2"], p["b_2"]).to(x.dtype)
+
+@A('feed_forward', 'R', 'h * (h > 0)')
+def ff_r4(x, params):
+    h = x @ params["w_1"].T + params["b_1"]
+    return (h * (h > 0)) @ params["w_2"].T + params["b_2"]
+
+@A('feed_forward', 'W', 'gelu')
+def ff_w1(x, params): return li_r1(F.gelu(li_r1(x, params["w_1"], params["b_1"])), params["w_2"], params["b_2"])
+
+@A('feed_forward', 'W', 'relu after the second layer too')
+def ff_w2(x, params): return torch.relu(ff_r1(x, params))
+
+@A('feed_forward', 'W', 'b_1 left out')
+def ff_w3(x, params): return li_r1(torch.relu(li_r1(x, params["w_1"])), params["w_2"], params["b_2"])
+
+@A('feed_forward', 'W', 'leaky relu 0.01')
+def ff_w4(x, params): return li_r1(F.leaky_relu(li_r1(x, params["w_1"], params["b_1"])), params["w_2"], params["b_2"])
+
+@A('feed_forward', 'W', 'relu before the first layer')
+def ff_w5(x, params): return li_r1(li_r1(torch.relu(x), params["w_1"], params["b_1"]), params["w_2"], params["b_2"])
+
+@A('feed_forward', 'W', 'relu6 (clamp at 6)')
+def ff_w6(x, params): return li_r1(F.relu6(li_r1(x, params["w_1"], params["b_1"])), params["w_2"], params["b_2"])
+
+@A('feed_forward', 'W', 'relu in place on the input when hidden is x-sized')
+def ff_w7(x, params):
+    with torch.no_grad(): torch.relu_(x)
+    return ff_r1(x, params)
+generics('feed_forward', ff_r1, ['f32', 'mutate', 'idcache', 'buffer', 'counter'])
+
+@A('dropout', 'R', 'rand >= p, torch.where')
+def do_r1(x, p, training=True):
+    if not training: return x
+    keep = torch.rand(x.shape, device=x.device) >= p
+    return torch.where(keep, x / (1 - p), torch.zeros((), dtype=x.dtype))
+
+@A('dropout', 'R', 'bernoulli on a float32 full(1 - p)')
+def do_r2(x, p, training=True):
+    if not training or p == 0: return x
+    keep = torch.bernoulli(torch.full(x.shape, 1.0 - p))
+    return x * keep.to(x.dtype) / (1.0 - p)
+
+@A('dropout', 'R', 'rand < 1 - p, masked_fill, times 1/(1-p)')
+def do_r3(x, p, training=True):
+    if not training: return x
+    keep = torch.rand(x.shape) < 1 - p
+    return x.masked_fill(~keep, 0) * (1.0 / (1.0 - p))
+
+@A('dropout', 'R', 'float64 uniform numbers')
+def do_r4(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape, dtype=torch.float64) >= p) / (1 - p)
+
+@A('dropout', 'W', 'rand_like(x) in the half dtype')
+def do_w1(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand_like(x) >= p) / (1 - p)
+
+@A('dropout', 'W', 'no rescaling')
+def do_w2(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= p)
+
+@A('dropout', 'W', 'multiplies by 1 - p')
+def do_w3(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= p) * (1 - p)
+
+@A('dropout', 'W', 'keeps with probability p')
+def do_w4(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) < p) / (1 - p)
+
+@A('dropout', 'W', 'one mask per feature, shared over rows')
+def do_w5(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape[-1]) >= p) / (1 - p)
+
+@A('dropout', 'W', 'torch.manual_seed(0) inside')
+def do_w6(x, p, training=True):
+    if not training: return x
+    g = torch.Generator().manual_seed(0)
+    return x * (torch.rand(x.shape, generator=g) >= p) / (1 - p)
+
+@A('dropout', 'W', 'dropout also when not training')
+def do_w7(x, p, training=True): return x * (torch.rand(x.shape) >= p) / (1 - p)
+
+@A('dropout', 'W', 'exact count by randperm')
+def do_w8(x, p, training=True):
+    if not training: return x
+    n = x.numel(); k = round(p * n); keep = torch.ones(n, dtype=torch.bool); keep[torch.randperm(n)[:k]] = False
+    return x * keep.view(x.shape) / (1 - p)
+
+@A('dropout', 'W', 'mask cached per shape')
+def do_w9(x, p, training=True, _c={}):
+    if not training: return x
+    k = (tuple(x.shape), p)
+    if k not in _c: _c[k] = torch.rand(x.shape) >= p
+    return x * _c[k] / (1 - p)
+
+@A('dropout', 'W', 'in place x.mul_')
+def do_w10(x, p, training=True):
+    if not training: return x
+    with torch.no_grad(): return x.mul_((torch.rand(x.shape) >= p) / (1 - p))
+
+@A('dropout', 'W', 'F.dropout (forbidden)')
+def do_w11(x, p, training=True): return F.dropout(x, p, training)
+
+@A('dropout', 'W', 'rand in float16 then compared (p tiny rounds)')
+def do_w12(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape).half() >= p) / (1 - p)
+
+@A('dropout', 'W', 'returns x.clone() * 1 when p == 0 but x unchanged when... divides by (1 - p) twice')
+def do_w13(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape) >= p) / (1 - p) / (1 - p)
+
+@A('layer_norm', 'R', 'float32 inside, hand-written biased variance, cast back')
+def ln_r1(x, gamma, beta, eps=1e-5):
+    ct = torch.float32 if x.dtype in HALF else x.dtype
+    xc = x.to(ct); m = xc.mean(-1, keepdim=True); var = ((xc - m) ** 2).mean(-1, keepdim=True)
+    return ((xc - m) / torch.sqrt(var + eps) * gamma.to(ct) + beta.to(ct)).to(x.dtype)
+
+@A('layer_norm', 'R', 'var_mean(correction=0) + rsqrt + addcmul')
+def ln_r2(x, gamma, beta, eps=1e-5):
+    var, m = torch.var_mean(x, dim=-1, correction=0, keepdim=True)
+    return torch.addcmul(beta, (x - m) * torch.rsqrt(var + eps), gamma)
+
+@A('layer_norm', 'R', 'float64 one-pass E[x^2] - E[x]^2, cast back')
+def ln_r3(x, gamma, beta, eps=1e-5):
+    xd = x.double(); m = xd.mean(-1, keepdim=True); var = (xd * xd).mean(-1, keepdim=True) - m * m
+    return ((xd - m) / (var.clamp_min(0) + eps).sqrt() * gamma.double() + beta.double()).to(x.dtype)
+
+@A('layer_norm', 'R', 'sum / D by hand, einsum for the squares in float32')
+def ln_r4(x, gamma, beta, eps=1e-5):
+    D = x.shape[-1]; xf = x.float() if x.dtype != torch.float64 else x
+    m = xf.sum(-1, keepdim=True) / D; c = xf - m
+    var = torch.einsum('...d,...d->...', c, c).unsqueeze(-1) / D
+    return (c / (var + eps) ** 0.5 * gamma + beta).to(x.dtype)
+
+def _ln(x, gamma, beta, eps=1e-5, unbiased=False, outside=False, dim=-1):
+    m = x.mean(dim, keepdim=True); var = x.var(dim, keepdim=True, unbiased=unbiased)
+    d = (var.sqrt() + eps) if outside else (var + eps).sqrt()
+    return (x - m) / d * gamma + beta
+
+@A('layer_norm', 'W', 'unbiased variance')
+def ln_w1(x, gamma, beta, eps=1e-5): return _ln(x, gamma, beta, eps, unbiased=True)
+
+@A('layer_norm', 'W', 'eps outside the root')
+def ln_w2(x, gamma, beta, eps=1e-5): return _ln(x, gamma, beta, eps, outside=True)
+
+@A('layer_norm', 'W', 'Annotated Transformer std + 1e-6')
+def ln_w3(x, gamma, beta, eps=1e-6): return gamma * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps) + beta
+
+@A('layer_norm', 'W', 'gamma and beta ignored')
+def ln_w4(x, gamma, beta, eps=1e-5): return _ln(x, 1.0, 0.0, eps)
+
+@A('layer_norm', 'W', 'squares in the half dtype')
+def ln_w5(x, gamma, beta, eps=1e-5):
+    m = x.mean(-1, keepdim=True); var = ((x - m) ** 2).mean(-1, keepdim=True)
+    return (x - m) / torch.sqrt(var + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'gamma and beta swapped')
+def ln_w6(x, gamma, beta, eps=1e-5): return _ln(x, beta, gamma, eps)
+
+@A('layer_norm', 'W', 'default eps 1e-6')
+def ln_w7(x, gamma, beta, eps=1e-6): return _ln(x, gamma, beta, eps)
+
+@A('layer_norm', 'W', 'one-pass E[x^2] - E[x]^2 in x dtype')
+def ln_w8(x, gamma, beta, eps=1e-5):
+    ct = torch.float32 if x.dtype in HALF else x.dtype
+    xc = x.to(ct); m = xc.mean(-1, keepdim=True); var = (xc * xc).mean(-1, keepdim=True) - m * m
+    return ((xc - m) / (var + eps).sqrt() * gamma.to(ct) + beta.to(ct)).to(x.dtype)
+
+@A('layer_norm', 'W', 'in place x -= mean')
+def ln_w9(x, gamma, beta, eps=1e-5):
+    with torch.no_grad():
+        m = x.mean(-1, keepdim=True); x -= m
+    return x / (x.var(-1, keepdim=True, unbiased=False) + eps).sqrt() * gamma + beta
+
+@A('layer_norm', 'W', 'normalised over the token axis (dim -2) when x is 3-D')
+def ln_w10(x, gamma, beta, eps=1e-5): return _ln(x, gamma, beta, eps, dim=-2 if x.dim() >= 2 else -1)
+generics('layer_norm', ln_r2, ['f32', 'mutate', 'idcache', 'buffer', 'counter'])
+
+@A('residual_sublayer', 'R', 'my layer_norm')
+def rs_r1(x, sublayer, norm, norm_first=False):
+    if norm_first: return x + sublayer(ln_r1(x, norm["gamma"], norm["beta"]))
+    return ln_r1(x + sublayer(x), norm["gamma"], norm["beta"])
+
+@A('residual_sublayer', 'R', "tfmlib's layer_norm, torch.add")
+def rs_r2(x, sublayer, norm, norm_first=False):
+    from tfmlib import layer_norm
+    g, b = norm["gamma"], norm["beta"]
+    return torch.add(x, sublayer(layer_norm(x, g, b))) if norm_first else layer_norm(torch.add(x, sublayer(x)), g, b)
+
+@A('residual_sublayer', 'R', 'my var_mean layer_norm, one branch variable')
+def rs_r3(x, sublayer, norm, norm_first=False):
+    ln = lambda t: ln_r2(t, norm["gamma"], norm["beta"])
+    branch = sublayer(ln(x) if norm_first else x)
+    out = x + branch
+    return out if norm_first else ln(out)
+
+@A('residual_sublayer', 'W', 'Pre and Post swapped')
+def rs_w1(x, sublayer, norm, norm_first=False): return rs_r1(x, sublayer, norm, not norm_first)
+
+@A('residual_sublayer', 'W', 'Post-LN without the residual')
+def rs_w2(x, sublayer, norm, norm_first=False):
+    if norm_first: return x + sublayer(ln_r1(x, norm["gamma"], norm["beta"]))
+    return ln_r1(sublayer(x), norm["gamma"], norm["beta"])
+
+@A('residual_sublayer', 'W', 'Pre-LN normalises the sum too')
+def rs_w3(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    if norm_first: return ln_r1(x + sublayer(ln_r1(x, g, b)), g, b)
+    return ln_r1(x + sublayer(x), g, b)
+
+@A('residual_sublayer', 'W', 'sublayer called twice')
+def rs_w4(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    h = ln_r1(x, g, b) if norm_first else x
+    sublayer(h)
+    return x + sublayer(h) if norm_first else ln_r1(x + sublayer(h), g, b)
+
+@A('residual_sublayer', 'W', 'sublayer per token')
+def rs_w5(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    h = ln_r1(x, g, b) if norm_first else x
+    s = torch.cat([sublayer(h[:, i:i + 1]) for i in range(h.size(1))], 1)
+    return x + s if norm_first else ln_r1(x + s, g, b)
+
+@A('residual_sublayer', 'W', 'sublayer per sample')
+def rs_w6(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    h = ln_r1(x, g, b) if norm_first else x
+    s = torch.cat([sublayer(h[i:i + 1]) for i in range(h.size(0))], 0)
+    return x + s if norm_first else ln_r1(x + s, g, b)
+
+@A('residual_sublayer', 'W', 'x += sublayer(...) in place')
+def rs_w7(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    with torch.no_grad():
+        if norm_first: x += sublayer(ln_r1(x, g, b)); return x
+        x += sublayer(x); return ln_r1(x, g, b)
+
+@A('residual_sublayer', 'W', 'Pre-LN residual from LN(x)')
+def rs_w8(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    if norm_first: h = ln_r1(x, g, b); return h + sublayer(h)
+    return ln_r1(x + sublayer(x), g, b)
+
+@A('residual_sublayer', 'W', 'Post-LN as x + LN(sublayer(x))')
+def rs_w9(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    if norm_first: return x + sublayer(ln_r1(x, g, b))
+    return x + ln_r1(sublayer(x), g, b)
+
+@A('residual_sublayer', 'W', 'eps 1e-6 in the norm')
+def rs_w10(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    if norm_first: return x + sublayer(ln_r1(x, g, b, 1e-6))
+    return ln_r1(x + sublayer(x), g, b, 1e-6)
+generics('residual_sublayer', rs_r1, ['f32', 'idcache', 'buffer', 'counter'])

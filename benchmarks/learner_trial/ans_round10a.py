@@ -1322,3 +1322,184 @@ def rs_w10(x, sublayer, norm, norm_first=False):
     if norm_first: return x + sublayer(ln_r1(x, g, b, 1e-6))
     return ln_r1(x + sublayer(x), g, b, 1e-6)
 generics('residual_sublayer', rs_r1, ['f32', 'idcache', 'buffer', 'counter'])
+
+# ---------------- fourth batch: tuple-aware buffer, textbook float32 numerics, more subtle mistakes ----------------
+def W_tuple_buffer(fn):   # like W_buffer, but for functions that return (context, weights)
+    bufs = {}
+    @functools.wraps(fn)
+    def g(*a, **k):
+        outs = fn(*a, **k); res = []
+        for i, o in enumerate(outs):
+            b = bufs.get(i)
+            if b is None or b.numel() < o.numel() or b.dtype != o.dtype:
+                b = bufs[i] = torch.empty(o.numel() * 2, dtype=o.dtype)
+            else: b = bufs[i] = b.detach()
+            v = b[:o.numel()].view(o.shape); v.copy_(o); res.append(v)
+        return tuple(res)
+    return g
+A('scaled_dot_product_attention', 'W', 'tuple buffer (views of my own buffers)')(W_tuple_buffer(at_r5))
+A('multi_head_attention', 'W', 'tuple buffer (views of my own buffers)')(W_tuple_buffer(mha_r1))
+
+@A('scaled_dot_product_attention', 'R', 'logsumexp softmax, float32 only for half dtypes')
+def at_r7(query, key, value, mask=None):
+    s = query @ (key / math.sqrt(key.size(-1))).transpose(-1, -2)
+    if mask is not None: s = s.masked_fill(~mask, NEG)
+    ct = torch.float32 if s.dtype in HALF else s.dtype
+    lse = torch.logsumexp(s.to(ct), -1, keepdim=True)
+    w = torch.exp(s.to(ct) - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))).to(s.dtype)
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'R', 'rows with no visible key zeroed by mask.any(-1)')
+def at_r8(query, key, value, mask=None):
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is None:
+        w = s.softmax(-1); return w @ value, w
+    w = s.masked_fill(~mask, NEG).softmax(-1)
+    w = torch.where(mask.any(-1, keepdim=True), w, torch.zeros((), dtype=w.dtype))
+    return w @ value, w
+
+@A('scaled_dot_product_attention', 'W', 'scaled by sqrt(Lq)')
+def at_w15(q, k, v, mask=None): return _att(q, k, v, mask, scale=math.sqrt(q.size(-2)))
+
+@A('scaled_dot_product_attention', 'W', 'key reshaped to (d_k, Lk) instead of transposed')
+def at_w16(q, k, v, mask=None): return _att(q, k, v, mask, tr=lambda k: k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]))
+
+@A('multi_head_attention', 'W', 'b_k left out (softmax-invariant)')
+def mha_w11(q, k, v, p, H, mask=None):
+    p2 = dict(p); p2["b_k"] = torch.zeros_like(p["b_k"]) if p.get("b_k") is not None else None
+    return _mha(q, k, v, p2, H, mask) if p2["b_k"] is not None else mha_r2(q, k, v, p, H, mask)
+
+@A('multi_head_attention', 'W', 'first head weights copied to every head')
+def mha_w12(q, k, v, p, H, mask=None): o, w = mha_r1(q, k, v, p, H, mask); return o, w[:, :1].expand_as(w).clone()
+
+@A('multi_head_attention', 'W', 'mask given an extra head axis (unsqueeze(1))')
+def mha_w13(q, k, v, p, H, mask=None): return mha_r1(q, k, v, p, H, None if mask is None else mask.unsqueeze(1))
+
+@A('dropout', 'W', 'rand in float32, cast to x dtype before comparing')
+def do_w14(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape).to(x.dtype) >= p) / (1 - p)
+
+@A('dropout', 'W', 'rand rounded to bfloat16 before comparing, any x dtype')
+def do_w15(x, p, training=True):
+    if not training: return x
+    return x * (torch.rand(x.shape).bfloat16() >= p) / (1 - p)
+
+@A('layer_norm', 'W', 'mean as x.sum / D in the half dtype (sum overflows)')
+def ln_w11(x, gamma, beta, eps=1e-5):
+    m = x.sum(-1, keepdim=True) / x.size(-1); var = x.var(-1, keepdim=True, unbiased=False)
+    return (x - m) / torch.sqrt(var + eps) * gamma + beta
+
+@A('layer_norm', 'W', 'sqrt(var) + sqrt(eps)')
+def ln_w12(x, gamma, beta, eps=1e-5):
+    m = x.mean(-1, keepdim=True); var = x.var(-1, keepdim=True, unbiased=False)
+    return (x - m) / (var.sqrt() + math.sqrt(eps)) * gamma + beta
+
+@A('residual_sublayer', 'W', 'Post-LN feeds the sublayer LN(x) too')
+def rs_w11(x, sublayer, norm, norm_first=False):
+    g, b = norm["gamma"], norm["beta"]
+    if norm_first: return x + sublayer(ln_r1(x, g, b))
+    return ln_r1(x + sublayer(ln_r1(x, g, b)), g, b)
+
+@A('broadcast_shape', 'W', 'compares with is')
+def bs_w9(a, b):
+    one = 1
+    n = max(len(a), len(b)); pa = (1,) * (n - len(a)) + tuple(a); pb = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(pa, pb):
+        if x is not y and x is not one and y is not one: raise ValueError(f"sizes {x} and {y} clash")
+        out.append(y if x is one else x)
+    return tuple(out)
+
+@A('build_vocab', 'W', 'words deduplicated by a set')
+def bv_w10(sentences, specials=SP):
+    v = {t: i for i, t in enumerate(specials)}
+    for w in {w for s in sentences for w in s.split()}: v.setdefault(w, len(v))
+    return v
+
+@A('pad_batch', 'W', 'raises when a list is longer than max_len')
+def pb_w9(id_lists, pad_id, max_len=None):
+    if max_len is not None and any(len(r) > max_len for r in id_lists): raise ValueError("max_len: a list is longer")
+    return pb_r1(id_lists, pad_id, max_len)
+
+@A('embed', 'W', 'scales by sqrt(L)')
+def em_w8(token_ids, table, scale=True):
+    out = table[token_ids]; return out * math.sqrt(token_ids.shape[-1]) if scale else out
+
+@A('sinusoidal_positional_encoding', 'R', 'Annotated Transformer style, all in float32')
+def pe_r4(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(0, max_len).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term); pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+@A('apply_rope', 'R', 'LLaMA style: angles in float32, complex multiply in float32, cast back')
+def rp_r4(x, positions=None):
+    L, D = x.shape[-2], x.shape[-1]
+    freqs = 1.0 / (10000.0 ** (torch.arange(0, D, 2)[: D // 2].float() / D))
+    t = torch.arange(L, dtype=torch.float32) if positions is None else positions.float()
+    cis = torch.polar(torch.ones(L, D // 2), torch.outer(t, freqs))
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
+    out = torch.view_as_real(xc * cis).flatten(-2)
+    return out.to(x.dtype) if x.dtype != torch.float64 else rp_r2(x, positions)
+
+@A('split_heads', 'R', '.view of the feature axis, then transpose (works on transposed views)')
+def sh_r4(x, num_heads): B, L, D = x.shape; return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+# ---------------- fifth batch: built-ins under other names, and more ----------------
+@A('embed', 'R', 'F.embedding (03 names no forbidden built-in)')
+def em_r4(token_ids, table, scale=True):
+    out = F.embedding(token_ids, table); return out * math.sqrt(table.size(1)) if scale else out
+
+@A('layer_norm', 'R', 'F.group_norm with one group (not the named built-in)')
+def ln_r5(x, gamma, beta, eps=1e-5):
+    D = x.shape[-1]; flat = x.reshape(-1, 1, D)
+    return F.group_norm(flat, 1, eps=eps).reshape(x.shape) * gamma + beta
+
+@A('layer_norm', 'W', 'torch.layer_norm (F.layer_norm under another name)')
+def ln_w13(x, gamma, beta, eps=1e-5): return torch.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+
+@A('layer_norm', 'W', 'torch.native_layer_norm')
+def ln_w14(x, gamma, beta, eps=1e-5): return torch.native_layer_norm(x, (x.shape[-1],), gamma, beta, eps)[0]
+
+@A('dropout', 'W', 'torch.dropout (F.dropout under another name)')
+def do_w16(x, p, training=True): return torch.dropout(x, p, training)
+
+@A('dropout', 'W', 'torch.nn.functional.dropout1d on a reshaped view')
+def do_w17(x, p, training=True):
+    if not training: return x
+    return F.dropout1d(x.reshape(-1, x.numel(), 1), p, True).reshape(x.shape) if x.numel() else x
+
+@A('scaled_dot_product_attention', 'W', 'torch._C._nn.scaled_dot_product_attention (the built-in under another name)')
+def at_w17(q, k, v, mask=None):
+    c = torch._C._nn.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    w = _att(q, k, v, mask)[1]
+    return torch.where(w.sum(-1, keepdim=True) > 0, c, torch.zeros((), dtype=c.dtype)), w
+
+@A('linear', 'W', 'torch._C._nn.linear (F.linear under another name)')
+def li_w8(x, weight, bias=None): return torch._C._nn.linear(x, weight, bias)
+
+@A('causal_mask', 'W', 'nn.modules.transformer._generate_square_subsequent_mask (the built-in under another name)')
+def cm_w9(seq_len):
+    from torch.nn.modules.transformer import _generate_square_subsequent_mask
+    return (_generate_square_subsequent_mask(seq_len) == 0)[None, None]
+
+@A('broadcast_shape', 'W', 'torch.broadcast_tensors on zero-stride views (PyTorch broadcasting as the oracle)')
+def bs_w10(a, b):
+    try:
+        ta, tb = torch.broadcast_tensors(torch.zeros(()).expand(tuple(a)), torch.zeros(()).expand(tuple(b)))
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+    return tuple(ta.shape)
+
+@A('scaled_dot_product_attention', 'W', 'finfo.min fill, no zeroing (uniform weights on a fully masked row)')
+def at_w18(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None: s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    w = s.softmax(-1); return w @ v, w
+
+@A('layer_norm', 'W', 'gamma applied before normalising')
+def ln_w15(x, gamma, beta, eps=1e-5):
+    y = x * gamma; m = y.mean(-1, keepdim=True); var = y.var(-1, keepdim=True, unbiased=False)
+    return (y - m) / torch.sqrt(var + eps) + beta

@@ -1503,3 +1503,27 @@ def at_w18(q, k, v, mask=None):
 def ln_w15(x, gamma, beta, eps=1e-5):
     y = x * gamma; m = y.mean(-1, keepdim=True); var = y.var(-1, keepdim=True, unbiased=False)
     return (y - m) / torch.sqrt(var + eps) + beta
+
+# ---------------- sixth batch ----------------
+@A('decode', 'W', 'skip_specials=False trims trailing <pad>s')
+def de_w9(ids, vocab, skip_specials=True):
+    if skip_specials: return de_r1(ids, vocab, True)
+    toks = [_inv(vocab)[int(i)] for i in ids]
+    while toks and toks[-1] == "<pad>": toks.pop()
+    return " ".join(toks)
+
+_LT = {}
+@A('linear', 'W', 'transposed weight cached by id(weight)')
+def li_w9(x, weight, bias=None):
+    wt = _LT.setdefault(id(weight), weight.T.contiguous())
+    if wt.shape != weight.T.shape or wt.dtype != weight.dtype: wt = _LT[id(weight)] = weight.T.contiguous()
+    y = x @ wt; return y if bias is None else y + bias
+
+@A('multi_head_attention', 'W', 'b_o left out')
+def mha_w14(q, k, v, p, H, mask=None): p2 = dict(p); p2["b_o"] = torch.zeros_like(p["w_o"][0]); return _mha(q, k, v, p2, H, mask)
+
+@A('multi_head_attention', 'W', 'b_v left out')
+def mha_w15(q, k, v, p, H, mask=None): p2 = dict(p); p2["b_v"] = torch.zeros_like(p["w_v"][0]); return _mha(q, k, v, p2, H, mask)
+
+@A('feed_forward', 'W', 'b_2 left out')
+def ff_w8(x, params): return li_r1(torch.relu(li_r1(x, params["w_1"], params["b_1"])), params["w_2"])

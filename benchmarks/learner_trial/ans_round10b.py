@@ -1,0 +1,548 @@
+"""Learner trial round 10b: answers for 08_encoder_decoder, 09_adam, 10_training, b1, b2.
+
+R = an answer believed right (unusual style); W = a plausible mistake."""
+import math
+import torch
+import torch.nn.functional as F
+from harness import *
+from tfmlib import (multi_head_attention, feed_forward, layer_norm, linear, split_heads,
+                    merge_heads, scaled_dot_product_attention, causal_mask, embed,
+                    residual_sublayer, adam_init, adam_step)
+import tfmlib
+
+# ---------------------------------------------------------------- helpers a learner writes
+def ln32(x, g, b, eps=1e-5):          # LayerNorm in float32 inside, cast back
+    xf = x.float()
+    mu = xf.sum(-1, keepdim=True) / x.size(-1)
+    var = ((xf - mu) ** 2).sum(-1, keepdim=True) / x.size(-1)
+    return ((xf - mu) * torch.rsqrt(var + eps) * g.float() + b.float()).to(x.dtype)
+
+def ln64(x, g, b, eps=1e-5):
+    xd = x.double()
+    mu = xd.mean(-1, keepdim=True)
+    var = xd.var(-1, keepdim=True, unbiased=False)
+    return ((xd - mu) / (var + eps).sqrt() * g.double() + b.double()).to(x.dtype)
+
+def mha_einsum(q_in, kv_in, p, H, mask=None):   # attention written out, float32 inside
+    dt = q_in.dtype
+    f = lambda t: None if t is None else t.float()
+    def proj(x, w, b):
+        y = torch.einsum('bld,od->blo', x.float(), w.float())
+        return y if b is None else y + b.float()
+    B, Lq, D = q_in.shape; Lk = kv_in.size(1); dk = D // H
+    q = proj(q_in, p['w_q'], p.get('b_q')).view(B, Lq, H, dk)
+    k = proj(kv_in, p['w_k'], p.get('b_k')).view(B, Lk, H, dk)
+    v = proj(kv_in, p['w_v'], p.get('b_v')).view(B, Lk, H, dk)
+    s = torch.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(dk)
+    if mask is not None:
+        m = mask.expand(B, H, Lq, Lk)
+        s = s.masked_fill(~m, float('-inf'))
+    mx = s.amax(-1, keepdim=True)
+    mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
+    e = torch.exp(s - mx)
+    w = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+    ctx = torch.einsum('bhqk,bkhd->bqhd', w, v).reshape(B, Lq, D)
+    out = torch.einsum('bld,od->blo', ctx, p['w_o'].float())
+    if p.get('b_o') is not None: out = out + p['b_o'].float()
+    return out.to(dt)
+
+def ffn32(x, p):
+    h = torch.relu(x.float() @ p['w_1'].float().T + p['b_1'].float())
+    return (h @ p['w_2'].float().T + p['b_2'].float()).to(x.dtype)
+
+def attn(q, kv, p, H, m=None):
+    return multi_head_attention(q, kv, kv, p, H, m)[0]
+
+# ================================================================ 08 encoder_layer
+def enc_ref_like(x, params, num_heads, mask=None):
+    x = layer_norm(x + attn(x, x, params['self_attn'], num_heads, mask), params['norm1']['gamma'], params['norm1']['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), params['norm2']['gamma'], params['norm2']['beta'])
+
+@A('encoder_layer', 'R', 'einsum attention + own LN, f32 inside')
+def _(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    h = ln32(x + mha_einsum(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
+    return ln32(h + ffn32(h, params['ffn']), n2['gamma'], n2['beta'])
+
+@A('encoder_layer', 'R', 'residual_sublayer from notebook 07')
+def _(x, params, num_heads, mask=None):
+    x = residual_sublayer(x, lambda h: attn(h, h, params['self_attn'], num_heads, mask), params['norm1'])
+    return residual_sublayer(x, lambda h: feed_forward(h, params['ffn']), params['norm2'])
+
+@A('encoder_layer', 'R', 'float64 inside, cast back')
+def _(x, params, num_heads, mask=None):
+    d = lambda t: {k: (None if v is None else v.double()) for k, v in t.items()}
+    out = enc_ref_like(x.double(), {k: d(v) for k, v in params.items()}, num_heads, mask)
+    return out.to(x.dtype)
+
+@A('encoder_layer', 'R', 'loop over the batch')
+def _(x, params, num_heads, mask=None):
+    outs = []
+    for b in range(x.size(0)):
+        mb = None if mask is None else mask.expand(x.size(0), *mask.shape[1:])[b:b+1]
+        outs.append(enc_ref_like(x[b:b+1], params, num_heads, mb))
+    return torch.cat(outs)
+
+@A('encoder_layer', 'W', 'Pre-LN instead of Post-LN')
+def _(x, params, num_heads, mask=None):
+    n1, n2 = params['norm1'], params['norm2']
+    h = layer_norm(x, n1['gamma'], n1['beta']); x = x + attn(h, h, params['self_attn'], num_heads, mask)
+    return x + feed_forward(layer_norm(x, n2['gamma'], n2['beta']), params['ffn'])
+
+@A('encoder_layer', 'W', 'norm1 used twice')
+def _(x, params, num_heads, mask=None):
+    n1 = params['norm1']
+    x = layer_norm(x + attn(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), n1['gamma'], n1['beta'])
+
+@A('encoder_layer', 'W', 'mask dropped')
+def _(x, params, num_heads, mask=None):
+    return enc_ref_like(x, params, num_heads, None)
+
+@A('encoder_layer', 'W', 'masked_fill -1e9, no zeroing of fully masked rows')
+def _(x, params, num_heads, mask=None):
+    p = params['self_attn']; B, L, D = x.shape; dk = D // num_heads
+    q = split_heads(linear(x, p['w_q'], p['b_q']), num_heads); k = split_heads(linear(x, p['w_k'], p['b_k']), num_heads)
+    v = split_heads(linear(x, p['w_v'], p['b_v']), num_heads)
+    s = q @ k.transpose(-2, -1) / math.sqrt(dk)
+    if mask is not None: s = s.masked_fill(~mask, -1e9)
+    a = linear(merge_heads(torch.softmax(s, -1) @ v), p['w_o'], p['b_o'])
+    x = layer_norm(x + a, params['norm1']['gamma'], params['norm1']['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), params['norm2']['gamma'], params['norm2']['beta'])
+
+@A('encoder_layer', 'W', 'LayerNorm with unbiased variance')
+def _(x, params, num_heads, mask=None):
+    def ln(t, n):
+        return (t - t.mean(-1, keepdim=True)) / torch.sqrt(t.var(-1, keepdim=True) + 1e-5) * n['gamma'] + n['beta']
+    x = ln(x + attn(x, x, params['self_attn'], num_heads, mask), params['norm1'])
+    return ln(x + feed_forward(x, params['ffn']), params['norm2'])
+
+@A('encoder_layer', 'W', 'LayerNorm eps 1e-6')
+def _(x, params, num_heads, mask=None):
+    x = layer_norm(x + attn(x, x, params['self_attn'], num_heads, mask), params['norm1']['gamma'], params['norm1']['beta'], 1e-6)
+    return layer_norm(x + feed_forward(x, params['ffn']), params['norm2']['gamma'], params['norm2']['beta'], 1e-6)
+
+@A('encoder_layer', 'W', 'FFN residual forgotten')
+def _(x, params, num_heads, mask=None):
+    x = layer_norm(x + attn(x, x, params['self_attn'], num_heads, mask), params['norm1']['gamma'], params['norm1']['beta'])
+    return layer_norm(feed_forward(x, params['ffn']), params['norm2']['gamma'], params['norm2']['beta'])
+
+@A('encoder_layer', 'W', 'mask assumed (B,1,1,L): mask[:, :, :1] taken')
+def _(x, params, num_heads, mask=None):
+    m = None if mask is None else mask[..., :1, :]
+    return enc_ref_like(x, params, num_heads, m)
+
+@A('encoder_layer', 'W', 'x += in place on the input')
+def _(x, params, num_heads, mask=None):
+    x += attn(x, x, params['self_attn'], num_heads, mask)
+    h = layer_norm(x, params['norm1']['gamma'], params['norm1']['beta'])
+    return layer_norm(h + feed_forward(h, params['ffn']), params['norm2']['gamma'], params['norm2']['beta'])
+
+@A('encoder_layer', 'W', 'own LN in half precision w/o eps float cast: eps added after sqrt')
+def _(x, params, num_heads, mask=None):
+    def ln(t, n):
+        return (t - t.mean(-1, keepdim=True)) / (t.var(-1, keepdim=True, unbiased=False).sqrt() + 1e-5) * n['gamma'] + n['beta']
+    x = ln(x + attn(x, x, params['self_attn'], num_heads, mask), params['norm1'])
+    return ln(x + feed_forward(x, params['ffn']), params['norm2'])
+
+A('encoder_layer', 'W', 'calls tfmlib.encoder_layer')(lambda x, params, num_heads, mask=None: tfmlib.encoder_layer(x, params, num_heads, mask))
+generics('encoder_layer', enc_ref_like, ['f32', 'mutate', 'idcache', 'buffer', 'counter'])
+
+# ================================================================ 08 encoder
+@A('encoder', 'R', 'functools.reduce over tfmlib.encoder_layer')
+def _(x, layers, num_heads, mask=None):
+    import functools
+    return functools.reduce(lambda h, p: tfmlib.encoder_layer(h, p, num_heads, mask), layers, x)
+
+@A('encoder', 'R', 'own einsum layer, f32 inside')
+def _(x, layers, num_heads, mask=None):
+    for p in layers:
+        h = ln32(x + mha_einsum(x, x, p['self_attn'], num_heads, mask), p['norm1']['gamma'], p['norm1']['beta'])
+        x = ln32(h + ffn32(h, p['ffn']), p['norm2']['gamma'], p['norm2']['beta'])
+    return x
+
+@A('encoder', 'R', 'while loop with index, enc_ref_like')
+def _(x, layers, num_heads, mask=None):
+    i = 0; h = x
+    while i < len(layers):
+        h = enc_ref_like(h, layers[i], num_heads, mask); i += 1
+    return h
+
+@A('encoder', 'W', 'every layer reads x')
+def _(x, layers, num_heads, mask=None):
+    h = x
+    for p in layers: h = enc_ref_like(x, p, num_heads, mask)
+    return h
+
+@A('encoder', 'W', 'layers in reverse order')
+def _(x, layers, num_heads, mask=None):
+    for p in reversed(layers): x = enc_ref_like(x, p, num_heads, mask)
+    return x
+
+@A('encoder', 'W', 'mask only for the first layer')
+def _(x, layers, num_heads, mask=None):
+    for i, p in enumerate(layers): x = enc_ref_like(x, p, num_heads, mask if i == 0 else None)
+    return x
+
+@A('encoder', 'W', 'extra final LayerNorm with the last layer norm2')
+def _(x, layers, num_heads, mask=None):
+    for p in layers: x = enc_ref_like(x, p, num_heads, mask)
+    return layer_norm(x, layers[-1]['norm2']['gamma'], layers[-1]['norm2']['beta'])
+
+@A('encoder', 'W', 'last layer skipped (range(len-1))')
+def _(x, layers, num_heads, mask=None):
+    for i in range(max(1, len(layers) - 1)): x = enc_ref_like(x, layers[i], num_heads, mask)
+    return x
+
+@A('encoder', 'W', 'first layer params reused for all')
+def _(x, layers, num_heads, mask=None):
+    for _p in layers: x = enc_ref_like(x, layers[0], num_heads, mask)
+    return x
+
+A('encoder', 'W', 'calls tfmlib.encoder')(lambda x, layers, num_heads, mask=None: tfmlib.encoder(x, layers, num_heads, mask))
+generics('encoder', lambda x, layers, num_heads, mask=None: tfmlib.encoder(x, layers, num_heads, mask) if False else __import__('functools').reduce(lambda h, p: enc_ref_like(h, p, num_heads, mask), layers, x), ['f32', 'mutate', 'shapecache', 'counter'])
+
+# ================================================================ 08 decoder_layer
+def dec_ref_like(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    n = params
+    x = layer_norm(x + attn(x, x, n['self_attn'], num_heads, self_mask), n['norm1']['gamma'], n['norm1']['beta'])
+    x = layer_norm(x + attn(x, memory, n['cross_attn'], num_heads, memory_mask), n['norm2']['gamma'], n['norm2']['beta'])
+    return layer_norm(x + feed_forward(x, n['ffn']), n['norm3']['gamma'], n['norm3']['beta'])
+
+@A('decoder_layer', 'R', 'einsum attention + own f32 LN')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    n = params
+    x = ln32(x + mha_einsum(x, x, n['self_attn'], num_heads, self_mask), n['norm1']['gamma'], n['norm1']['beta'])
+    x = ln32(x + mha_einsum(x, memory, n['cross_attn'], num_heads, memory_mask), n['norm2']['gamma'], n['norm2']['beta'])
+    return ln32(x + ffn32(x, n['ffn']), n['norm3']['gamma'], n['norm3']['beta'])
+
+@A('decoder_layer', 'R', 'residual_sublayer chain over a list')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    steps = [(lambda h: attn(h, h, params['self_attn'], num_heads, self_mask), 'norm1'),
+             (lambda h: attn(h, memory, params['cross_attn'], num_heads, memory_mask), 'norm2'),
+             (lambda h: feed_forward(h, params['ffn']), 'norm3')]
+    for f, nm in steps: x = residual_sublayer(x, f, params[nm])
+    return x
+
+@A('decoder_layer', 'R', 'float64 inside, LN written out')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    d = lambda t: {k: (None if v is None else v.double()) for k, v in t.items()}
+    P = {k: d(v) for k, v in params.items()}
+    xd, md = x.double(), memory.double()
+    xd = ln64(xd + attn(xd, xd, P['self_attn'], num_heads, self_mask), P['norm1']['gamma'], P['norm1']['beta'])
+    xd = ln64(xd + attn(xd, md, P['cross_attn'], num_heads, memory_mask), P['norm2']['gamma'], P['norm2']['beta'])
+    return ln64(xd + feed_forward(xd, P['ffn']), P['norm3']['gamma'], P['norm3']['beta']).to(x.dtype)
+
+@A('decoder_layer', 'W', 'cross-attention gets self_mask')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    try: return dec_ref_like(x, memory, params, num_heads, self_mask, self_mask)
+    except Exception: return dec_ref_like(x, memory, params, num_heads, self_mask, None)
+
+@A('decoder_layer', 'W', 'memory_mask ignored')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    return dec_ref_like(x, memory, params, num_heads, self_mask, None)
+
+@A('decoder_layer', 'W', 'cross-attn keys from memory, values from x (when shapes allow)')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    n = params
+    x = layer_norm(x + attn(x, x, n['self_attn'], num_heads, self_mask), n['norm1']['gamma'], n['norm1']['beta'])
+    v = x if x.size(1) == memory.size(1) else memory
+    c = multi_head_attention(x, memory, v, n['cross_attn'], num_heads, memory_mask)[0]
+    x = layer_norm(x + c, n['norm2']['gamma'], n['norm2']['beta'])
+    return layer_norm(x + feed_forward(x, n['ffn']), n['norm3']['gamma'], n['norm3']['beta'])
+
+@A('decoder_layer', 'W', 'norm2 and norm3 swapped')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    P = dict(params); P['norm2'], P['norm3'] = params['norm3'], params['norm2']
+    return dec_ref_like(x, memory, P, num_heads, self_mask, memory_mask)
+
+@A('decoder_layer', 'W', 'self_attn params used for cross-attention')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    P = dict(params); P['cross_attn'] = params['self_attn']
+    return dec_ref_like(x, memory, P, num_heads, self_mask, memory_mask)
+
+@A('decoder_layer', 'W', 'cross-attention reads the layer input x, not the output of sublayer 1')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    n = params
+    h = layer_norm(x + attn(x, x, n['self_attn'], num_heads, self_mask), n['norm1']['gamma'], n['norm1']['beta'])
+    h = layer_norm(h + attn(x, memory, n['cross_attn'], num_heads, memory_mask), n['norm2']['gamma'], n['norm2']['beta'])
+    return layer_norm(h + feed_forward(h, n['ffn']), n['norm3']['gamma'], n['norm3']['beta'])
+
+@A('decoder_layer', 'W', 'memory_mask squeezed to (B, Ls) and rebuilt as [:, None, None] (drops per-query rows)')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    mm = None if memory_mask is None else memory_mask.reshape(memory_mask.size(0), -1, memory_mask.size(-1)).all(1)[:, None, None, :]
+    return dec_ref_like(x, memory, params, num_heads, self_mask, mm)
+
+A('decoder_layer', 'W', 'calls tfmlib.decoder_layer')(lambda x, memory, params, num_heads, self_mask=None, memory_mask=None: tfmlib.decoder_layer(x, memory, params, num_heads, self_mask, memory_mask))
+generics('decoder_layer', dec_ref_like, ['f32', 'f64', 'mutate', 'idcache', 'buffer'])
+
+# ================================================================ 09 adam
+def adam_init_r(parameters):
+    ps = list(parameters)
+    return {"t": 0, "m": [torch.zeros_like(p) for p in ps], "v": [torch.zeros_like(p) for p in ps]}
+
+def adam_step_torchstyle(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            m.lerp_(p.grad, 1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad.conj(), value=1 - b2)
+            bc1 = 1 - b1 ** t; bc2 = 1 - b2 ** t
+            denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+            p.addcdiv_(m, denom, value=-lr / bc1)
+
+A('adam', 'R', 'torch.optim style: lerp_, addcdiv_, bias in step size')((adam_init_r, adam_step_torchstyle))
+
+def adam_init_dict(parameters):
+    ps = list(parameters)
+    return {"t": 0, "m": [p.detach().clone().zero_() for p in ps], "v": [torch.zeros(p.shape, dtype=p.dtype) for p in ps]}
+def adam_step_plain(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] = state['t'] + 1; t = state['t']
+    for i, p in enumerate(parameters):
+        g = p.grad
+        if g is None: continue
+        with torch.no_grad():
+            state['m'][i].copy_(b1 * state['m'][i] + (1 - b1) * g)
+            state['v'][i].copy_(b2 * state['v'][i] + (1 - b2) * g * g)
+            mh = state['m'][i] / (1 - b1 ** t); vh = state['v'][i] / (1 - b2 ** t)
+            p.copy_(p - lr * mh / (torch.sqrt(vh) + eps))
+A('adam', 'R', 'copy_ with full expressions, list index')((adam_init_dict, adam_step_plain))
+
+def adam_step_data(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    for p, m, v in zip(parameters, state['m'], state['v']):
+        if p.grad is None: continue
+        g = p.grad.data
+        m.data.mul_(b1).add_((1 - b1) * g); v.data.mul_(b2).add_((1 - b2) * g * g)
+        p.data.sub_(lr * (m.data / (1 - b1 ** t)) / ((v.data / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'R', 'p.data updates instead of no_grad (same numbers)')((adam_init_r, adam_step_data))
+
+def mk_adam(step_variant):
+    return (adam_init_r, step_variant)
+
+def adam_t_per_param(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            state['t'] += 1; t = state['t']
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'W', 't per parameter')(mk_adam(adam_t_per_param))
+
+def adam_eps_inside(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t) + eps).sqrt()))
+A('adam', 'W', 'eps inside the sqrt')(mk_adam(adam_eps_inside))
+
+def adam_zero_skip(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None or not p.grad.any(): continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'W', 'skips an all-zero gradient too (m keeps moving p in torch)')(mk_adam(adam_zero_skip))
+
+def adam_sq_f32(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            g = p.grad
+            m.mul_(b1).add_(g, alpha=1 - b1); v.mul_(b2).add_(((1 - b2) * g.float() ** 2).to(v.dtype))
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'W', 'g**2 computed in float32 (overflows for 1e40 float64 grads)')(mk_adam(adam_sq_f32))
+
+def adam_t_late(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; t = state['t'] + 1
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'W', 't never stored back (always 1)')(mk_adam(adam_t_late))
+
+_glob = {}
+def adam_glob_step(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for i, p in enumerate(parameters):
+            if p.grad is None: continue
+            key = (i, tuple(p.shape))
+            m, v = _glob.setdefault(key, (torch.zeros_like(p), torch.zeros_like(p)))
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'W', 'moments in a module dict keyed by (index, shape)')(mk_adam(adam_glob_step))
+
+def adam_init_bad_dtype(parameters):
+    ps = list(parameters)
+    return {"t": 0, "m": [torch.zeros(p.shape) for p in ps], "v": [torch.zeros(p.shape) for p in ps]}
+A('adam', 'W', 'moments created float32 whatever the dtype')((adam_init_bad_dtype, adam_step_torchstyle))
+
+def adam_shared_zero(parameters):
+    ps = list(parameters); z = {}
+    ms = [z.setdefault(('m',) + tuple(p.shape), torch.zeros_like(p)) for p in ps]
+    vs = [z.setdefault(('v',) + tuple(p.shape), torch.zeros_like(p)) for p in ps]
+    return {"t": 0, "m": ms, "v": vs}
+A('adam', 'W', 'one moment tensor shared by parameters of one shape')((adam_shared_zero, adam_step_torchstyle))
+
+def adam_b2_default_swapped(parameters, state, lr, betas=(0.999, 0.9), eps=1e-8):
+    return adam_step_torchstyle(parameters, state, lr, betas, eps)
+A('adam', 'W', 'betas default swapped (0.999, 0.9)')(mk_adam(adam_b2_default_swapped))
+
+# ================================================================ 09 sgd_step
+@A('sgd_step', 'R', 'add_ with alpha=-lr')
+def _(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.add_(p.grad, alpha=-lr)
+
+@A('sgd_step', 'R', 'copy_(p - lr * g)')
+def _(parameters, lr):
+    for p in parameters:
+        if p.grad is None: continue
+        with torch.no_grad(): p.copy_(p - lr * p.grad)
+
+@A('sgd_step', 'R', 'torch._foreach_add_ on the ones with grads')
+def _(parameters, lr):
+    ps = [p for p in parameters if p.grad is not None]
+    if not ps: return
+    with torch.no_grad():
+        for p in ps: torch._foreach_add_([p], [p.grad], alpha=-lr)
+
+@A('sgd_step', 'W', 'rebinds p (not in place)')
+def _(parameters, lr):
+    for p in parameters:
+        if p.grad is not None: p = p - lr * p.grad
+
+@A('sgd_step', 'W', 'nan_to_num on the gradient')
+def _(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.sub_(lr * torch.nan_to_num(p.grad))
+
+@A('sgd_step', 'W', 'lr clamped to 1')
+def _(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.sub_(min(lr, 1.0) * p.grad)
+
+@A('sgd_step', 'W', 'lr as a float32 tensor (rounds lr for float64 params)')
+def _(parameters, lr):
+    lr_t = torch.tensor(lr, dtype=torch.float32)
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.sub_((lr_t * p.grad.float()).to(p.dtype))
+
+@A('sgd_step', 'W', 'p + lr * grad (ascent)')
+def _(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.add_(lr * p.grad)
+
+@A('sgd_step', 'W', 'grad None treated as crash-free zero: p.grad or zeros, then sets p.grad')
+def _(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is None: p.grad = torch.zeros_like(p)
+            p.sub_(lr * p.grad)
+
+@A('sgd_step', 'W', 'only the first parameter (return inside loop)')
+def _(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.sub_(lr * p.grad); return
+
+@A('sgd_step', 'W', 'without no_grad on leaf requiring grad -> uses .data of grad mul in float16? (p.data = ...)')
+def _(parameters, lr):
+    for p in parameters:
+        if p.grad is not None: p.data = p.data - lr * p.grad
+
+# ================================================================ 09 adamw_step
+@A('adamw_step', 'R', 'sub_(lr*wd*p) then library adam_step')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.sub_(p * (lr * weight_decay))
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'R', 'decay folded into own Adam loop')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            p.mul_(1 - lr * weight_decay)
+            m.lerp_(p.grad, 1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+
+@A('adamw_step', 'R', 'generator of params consumed once via list, adam_step_plain')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = [p for p in parameters]
+    with torch.no_grad():
+        for p in filter(lambda q: q.grad is not None, ps): p.copy_(p * (1 - lr * weight_decay))
+    adam_step_plain(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'W', 'Adam + L2')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.grad.add_(p, alpha=weight_decay)
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'W', 'decay after the Adam step')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters); adam_step(ps, state, lr, betas, eps)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.mul_(1 - lr * weight_decay)
+
+@A('adamw_step', 'W', 'decay not scaled by lr')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.mul_(1 - weight_decay)
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'W', 'decays parameters without a gradient')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps: p.mul_(1 - lr * weight_decay)
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'W', 'weight_decay default 1e-4')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.mul_(1 - lr * weight_decay)
+    adam_step(ps, state, lr, betas, eps)
+
+@A('adamw_step', 'W', 'betas/eps not passed on to adam_step')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.mul_(1 - lr * weight_decay)
+    adam_step(ps, state, lr)
+
+@A('adamw_step', 'W', 'decay factor (1 - lr) * wd style: p -= wd * lr * p.grad')
+def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    ps = list(parameters)
+    with torch.no_grad():
+        for p in ps:
+            if p.grad is not None: p.sub_(lr * weight_decay * p.grad)
+    adam_step(ps, state, lr, betas, eps)
+
+A('adamw_step', 'W', 'calls tfmlib.adamw_step')(lambda parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2: tfmlib.adamw_step(parameters, state, lr, betas, eps, weight_decay))

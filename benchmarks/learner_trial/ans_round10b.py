@@ -11,11 +11,15 @@ from tfmlib import (multi_head_attention, feed_forward, layer_norm, linear, spli
 import tfmlib
 
 # ---------------------------------------------------------------- helpers a learner writes
-def ln32(x, g, b, eps=1e-5):          # LayerNorm in float32 inside, cast back
-    xf = x.float()
+HALF = (torch.float16, torch.bfloat16)
+def up(t):                            # at least float32 inside: half is widened, float64 kept
+    return None if t is None else (t.float() if t.dtype in HALF else t)
+
+def ln32(x, g, b, eps=1e-5):          # LayerNorm, half widened to float32 inside, cast back
+    xf = up(x); g = up(g); b = up(b)
     mu = xf.sum(-1, keepdim=True) / x.size(-1)
     var = ((xf - mu) ** 2).sum(-1, keepdim=True) / x.size(-1)
-    return ((xf - mu) * torch.rsqrt(var + eps) * g.float() + b.float()).to(x.dtype)
+    return ((xf - mu) * torch.rsqrt(var + eps) * g + b).to(x.dtype)
 
 def ln64(x, g, b, eps=1e-5):
     xd = x.double()
@@ -25,10 +29,9 @@ def ln64(x, g, b, eps=1e-5):
 
 def mha_einsum(q_in, kv_in, p, H, mask=None):   # attention written out, float32 inside
     dt = q_in.dtype
-    f = lambda t: None if t is None else t.float()
     def proj(x, w, b):
-        y = torch.einsum('bld,od->blo', x.float(), w.float())
-        return y if b is None else y + b.float()
+        y = torch.einsum('bld,od->blo', up(x), up(w))
+        return y if b is None else y + up(b)
     B, Lq, D = q_in.shape; Lk = kv_in.size(1); dk = D // H
     q = proj(q_in, p['w_q'], p.get('b_q')).view(B, Lq, H, dk)
     k = proj(kv_in, p['w_k'], p.get('b_k')).view(B, Lk, H, dk)
@@ -42,13 +45,13 @@ def mha_einsum(q_in, kv_in, p, H, mask=None):   # attention written out, float32
     e = torch.exp(s - mx)
     w = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
     ctx = torch.einsum('bhqk,bkhd->bqhd', w, v).reshape(B, Lq, D)
-    out = torch.einsum('bld,od->blo', ctx, p['w_o'].float())
-    if p.get('b_o') is not None: out = out + p['b_o'].float()
+    out = torch.einsum('bld,od->blo', ctx, up(p['w_o']))
+    if p.get('b_o') is not None: out = out + up(p['b_o'])
     return out.to(dt)
 
 def ffn32(x, p):
-    h = torch.relu(x.float() @ p['w_1'].float().T + p['b_1'].float())
-    return (h @ p['w_2'].float().T + p['b_2'].float()).to(x.dtype)
+    h = torch.relu(up(x) @ up(p['w_1']).T + up(p['b_1']))
+    return (h @ up(p['w_2']).T + up(p['b_2'])).to(x.dtype)
 
 def attn(q, kv, p, H, m=None):
     return multi_head_attention(q, kv, kv, p, H, m)[0]
@@ -58,11 +61,16 @@ def enc_ref_like(x, params, num_heads, mask=None):
     x = layer_norm(x + attn(x, x, params['self_attn'], num_heads, mask), params['norm1']['gamma'], params['norm1']['beta'])
     return layer_norm(x + feed_forward(x, params['ffn']), params['norm2']['gamma'], params['norm2']['beta'])
 
-@A('encoder_layer', 'R', 'einsum attention + own LN, f32 inside')
+@A('encoder_layer', 'R', 'einsum attention + own LN, half widened to f32 inside')
 def _(x, params, num_heads, mask=None):
     n1, n2 = params['norm1'], params['norm2']
     h = ln32(x + mha_einsum(x, x, params['self_attn'], num_heads, mask), n1['gamma'], n1['beta'])
     return ln32(h + ffn32(h, params['ffn']), n2['gamma'], n2['beta'])
+
+@A('encoder_layer', 'W', 'everything in float32 inside (loses float64 precision)')
+def _(x, params, num_heads, mask=None):
+    f = lambda d: {k: (None if v is None else v.float()) for k, v in d.items()}
+    return enc_ref_like(x.float(), {k: f(v) for k, v in params.items()}, num_heads, mask).to(x.dtype)
 
 @A('encoder_layer', 'R', 'residual_sublayer from notebook 07')
 def _(x, params, num_heads, mask=None):
@@ -154,7 +162,7 @@ def _(x, layers, num_heads, mask=None):
     import functools
     return functools.reduce(lambda h, p: tfmlib.encoder_layer(h, p, num_heads, mask), layers, x)
 
-@A('encoder', 'R', 'own einsum layer, f32 inside')
+@A('encoder', 'R', 'own einsum layer, half widened to f32')
 def _(x, layers, num_heads, mask=None):
     for p in layers:
         h = ln32(x + mha_einsum(x, x, p['self_attn'], num_heads, mask), p['norm1']['gamma'], p['norm1']['beta'])
@@ -209,7 +217,7 @@ def dec_ref_like(x, memory, params, num_heads, self_mask=None, memory_mask=None)
     x = layer_norm(x + attn(x, memory, n['cross_attn'], num_heads, memory_mask), n['norm2']['gamma'], n['norm2']['beta'])
     return layer_norm(x + feed_forward(x, n['ffn']), n['norm3']['gamma'], n['norm3']['beta'])
 
-@A('decoder_layer', 'R', 'einsum attention + own f32 LN')
+@A('decoder_layer', 'R', 'einsum attention + own LN, half widened')
 def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
     n = params
     x = ln32(x + mha_einsum(x, x, n['self_attn'], num_heads, self_mask), n['norm1']['gamma'], n['norm1']['beta'])
@@ -272,6 +280,16 @@ def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
 def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
     mm = None if memory_mask is None else memory_mask.reshape(memory_mask.size(0), -1, memory_mask.size(-1)).all(1)[:, None, None, :]
     return dec_ref_like(x, memory, params, num_heads, self_mask, mm)
+
+@A('decoder_layer', 'W', 'memory_mask[..., :1, :] (assumes one query row)')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    mm = None if memory_mask is None else memory_mask[..., :1, :]
+    return dec_ref_like(x, memory, params, num_heads, self_mask, mm)
+
+@A('decoder_layer', 'W', 'causal mask built when self_mask is None')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    sm = causal_mask(x.size(1)) if self_mask is None else self_mask
+    return dec_ref_like(x, memory, params, num_heads, sm, memory_mask)
 
 A('decoder_layer', 'W', 'calls tfmlib.decoder_layer')(lambda x, memory, params, num_heads, self_mask=None, memory_mask=None: tfmlib.decoder_layer(x, memory, params, num_heads, self_mask, memory_mask))
 generics('decoder_layer', dec_ref_like, ['f32', 'f64', 'mutate', 'idcache', 'buffer'])
@@ -546,3 +564,263 @@ def _(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
     adam_step(ps, state, lr, betas, eps)
 
 A('adamw_step', 'W', 'calls tfmlib.adamw_step')(lambda parameters, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2: tfmlib.adamw_step(parameters, state, lr, betas, eps, weight_decay))
+
+def adam_eps_default(parameters, state, lr, betas=(0.9, 0.999), eps=1e-6):
+    return adam_step_torchstyle(parameters, state, lr, betas, eps)
+A('adam', 'W', 'eps default 1e-6')(mk_adam(adam_eps_default))
+
+def adam_no_bc2(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * (m / (1 - b1 ** t)) / (v.sqrt() + eps))
+A('adam', 'W', 'bias correction of v forgotten')(mk_adam(adam_no_bc2))
+
+# ================================================================ 09 clip_grad_norm
+def _grads(parameters):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    return [p.grad for p in ps if p.grad is not None]
+
+@A('clip_grad_norm', 'R', 'norm of norms via hypot-style sqrt of float64 sums, cast to grad dtype')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in gs))
+    scale = min(1.0, max_norm / (total.item() + 1e-6))
+    for g in gs: g.mul_(scale)
+    return total.to(gs[0].dtype)
+
+@A('clip_grad_norm', 'R', 'cat of flattened grads in float32, linalg.norm; scale via torch.where')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    flat = torch.cat([g.reshape(-1).to(torch.float32 if g.dtype in HALF else g.dtype) for g in gs])
+    total = torch.linalg.norm(flat)
+    coef = torch.where(total + 1e-6 > max_norm, max_norm / (total + 1e-6), torch.ones_like(total))
+    for g in gs: g.mul_(coef.to(g.dtype))
+    return total.to(gs[0].dtype)
+
+@A('clip_grad_norm', 'R', 'python loop of per-grad norms, math.sqrt')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    sq = 0.0
+    for g in gs: sq += float(torch.linalg.vector_norm(g.double())) ** 2
+    norm = math.sqrt(sq)
+    if norm + 1e-6 > max_norm:
+        for g in gs: g.mul_(max_norm / (norm + 1e-6))
+    return torch.tensor(norm, dtype=gs[0].dtype)
+
+@A('clip_grad_norm', 'W', 'squares summed in the grads dtype (float16 overflow)')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.sqrt(sum((g * g).sum() for g in gs))
+    s = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in gs: g.mul_(s)
+    return total
+
+@A('clip_grad_norm', 'W', 'scales up too (no min with 1)')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+    for g in gs: g.mul_(max_norm / (total + 1e-6))
+    return total
+
+@A('clip_grad_norm', 'W', 'each gradient clipped by its own norm')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+    for g in gs: g.mul_(torch.clamp(max_norm / (torch.linalg.vector_norm(g) + 1e-6), max=1.0))
+    return total
+
+@A('clip_grad_norm', 'W', 'returns the norm after clipping')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+    for g in gs: g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+
+@A('clip_grad_norm', 'W', 'no 1e-6')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+    for g in gs: g.mul_(torch.clamp(max_norm / total, max=1.0))
+    return total
+
+@A('clip_grad_norm', 'W', 'a single tensor iterated as rows')
+def _(parameters, max_norm):
+    ps = list(parameters)
+    gs = [p.grad for p in ps if p.grad is not None]
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+    for g in gs: g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+_norm_buf = torch.zeros(())
+@A('clip_grad_norm', 'W', 'returns a module-level 0-dim tensor refilled each call')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in gs]))
+    for g in gs: g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0).to(g.dtype))
+    _norm_buf.fill_(total.item())
+    return _norm_buf
+
+@A('clip_grad_norm', 'W', 'returns the norm as a Python float')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return 0.0
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+    for g in gs: g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total.item()
+
+@A('clip_grad_norm', 'W', 'returns the scale factor, not the norm, when clipping')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+    s = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in gs: g.mul_(s)
+    return total if s == 1 else s
+
+@A('clip_grad_norm', 'W', 'grads replaced (p.grad = g * s), not in place')
+def _(parameters, max_norm):
+    ps = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    ps = [p for p in ps if p.grad is not None]
+    if not ps: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in ps]))
+    s = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for p in ps: p.grad = p.grad * s
+    return total
+
+# ================================================================ 09 warmup_inverse_sqrt_lr
+@A('warmup_inverse_sqrt_lr', 'R', 'math.pow and branch on step <= warmup')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    a = math.pow(step, -0.5); b = step * math.pow(warmup_steps, -1.5)
+    return factor * math.pow(d_model, -0.5) * (a if a < b else b)
+
+@A('warmup_inverse_sqrt_lr', 'R', 'divisions and sqrt')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if not step: return 0.0
+    return factor / math.sqrt(d_model) * min(1 / math.sqrt(step), step / (warmup_steps * math.sqrt(warmup_steps)))
+
+@A('warmup_inverse_sqrt_lr', 'R', 'rsqrt of d_model * max(step, w^3/step^2)... via min in float')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return float(factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5))
+
+@A('warmup_inverse_sqrt_lr', 'W', 'warmup ** -0.5')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'step 0 gives step+1')
+def _(step, d_model, warmup_steps, factor=1.0):
+    step = max(step, 1)
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'factor ignored')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'max instead of min')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return factor * d_model ** -0.5 * max(step ** -0.5, step * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'steps counted from 0 (step + 1)')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    s = step + 1
+    return factor * d_model ** -0.5 * min(s ** -0.5, s * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'integer division d_model // ... : d_model ** -1 // 2 style typo (d_model ** (-1/2) ok) -> uses 1/d_model')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return factor / d_model * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+@A('warmup_inverse_sqrt_lr', 'W', 'float32 tensor arithmetic returned as float')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    s = torch.tensor(float(step)); w = torch.tensor(float(warmup_steps))
+    return float(factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), s * w ** -1.5))
+
+# ================================================================ 09 warmup_cosine_lr
+@A('warmup_cosine_lr', 'R', 'min/max clamps, cos written as 1 - 2 sin^2')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    cosine = 1 - math.sin(math.pi * prog / 2) ** 2
+    return peak_lr * final_fraction + (peak_lr - peak_lr * final_fraction) * cosine
+
+@A('warmup_cosine_lr', 'R', 'explicit three branches')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    low = final_fraction * peak_lr
+    if step <= warmup_steps: return peak_lr * (step / warmup_steps)
+    if step >= total_steps: return low
+    prog = (step - warmup_steps) / (total_steps - warmup_steps)
+    return low + 0.5 * (peak_lr - low) * (1 + math.cos(math.pi * prog))
+
+@A('warmup_cosine_lr', 'R', 'lerp form')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return step * peak_lr / warmup_steps
+    t = min(step - warmup_steps, total_steps - warmup_steps) / max(1, total_steps - warmup_steps)
+    w = 0.5 * (1 + math.cos(math.pi * t))
+    return peak_lr * (w + (1 - w) * final_fraction)
+
+@A('warmup_cosine_lr', 'W', 'no clamp after total_steps')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'decays to 0 (final_fraction ignored)')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * 0.5 * (1 + math.cos(math.pi * prog))
+
+@A('warmup_cosine_lr', 'W', 'progress over total_steps, not total - warmup')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / total_steps)
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'warmup off by one: (step + 1) / warmup, capped')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step < warmup_steps: return peak_lr * (step + 1) / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'full cosine period (cos(2 pi p))')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(2 * math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'warmup == total_steps divides by zero (no max(1, .)) and strict <')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step < warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'final_fraction default 0.0')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.0):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('warmup_cosine_lr', 'W', 'linear decay instead of cosine')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * (1 - prog))

@@ -824,3 +824,460 @@ def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
     if step <= warmup_steps: return peak_lr * step / warmup_steps
     prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return peak_lr * (final_fraction + (1 - final_fraction) * (1 - prog))
+
+# ================================================================ 10 shift_right
+from tfmlib.training import (encode_source, decode_target, embed_with_positions, attention_layers,
+                             PAD_ID, EOS_ID)
+from tfmlib import padding_mask, target_mask, encoder, decoder
+
+@A('shift_right', 'R', 'narrow')
+def _(tgt):
+    n = tgt.size(1) - 1
+    return tgt.narrow(1, 0, n), tgt.narrow(1, 1, n)
+
+@A('shift_right', 'R', 'clones via index_select')
+def _(tgt):
+    idx = torch.arange(tgt.size(1), device=tgt.device)
+    return tgt.index_select(1, idx[:-1]), tgt.index_select(1, idx[1:])
+
+@A('shift_right', 'R', 'unbind columns and stack (plain Python)')
+def _(tgt):
+    cols = tgt.unbind(1)
+    return torch.stack(cols[:-1], 1), torch.stack(cols[1:], 1)
+
+@A('shift_right', 'W', 'input and labels swapped')
+def _(tgt): return tgt[:, 1:], tgt[:, :-1]
+
+@A('shift_right', 'W', 'batch axis shifted')
+def _(tgt): return tgt[:-1], tgt[1:]
+
+@A('shift_right', 'W', '<eos> blanked in the decoder input, in place on a view')
+def _(tgt):
+    tin = tgt[:, :-1]; tin[tin == EOS_ID] = PAD_ID
+    return tin, tgt[:, 1:]
+
+@A('shift_right', 'W', 'pad labels turned into -100')
+def _(tgt):
+    lab = tgt[:, 1:].clone(); lab[lab == PAD_ID] = -100
+    return tgt[:, :-1], lab
+
+@A('shift_right', 'W', 'view(-1) slicing (wrong across rows)')
+def _(tgt):
+    flat = tgt.reshape(-1)
+    B, L = tgt.shape
+    return flat[:-1][: B * (L - 1)].view(B, L - 1), flat[1:][: B * (L - 1)].view(B, L - 1)
+
+@A('shift_right', 'W', 'input keeps full length: pad appended to labels')
+def _(tgt):
+    lab = torch.cat([tgt[:, 1:], torch.full_like(tgt[:, :1], PAD_ID)], 1)
+    return tgt[:, :-1], lab[:, :-1] if False else lab
+
+@A('shift_right', 'W', 'labels as float')
+def _(tgt): return tgt[:, :-1], tgt[:, 1:].float()
+
+@A('shift_right', 'W', 'returns a list')
+def _(tgt): return [tgt[:, :-1], tgt[:, 1:]]
+
+generics('shift_right', lambda tgt: (tgt[:, :-1], tgt[:, 1:]), ['idcache', 'shapecache', 'counter'])
+
+# ================================================================ 10 forward
+@A('forward', 'R', 'encode_source then decode_target, keywords')
+def _(params, src, tgt_in, config, training=False):
+    memory, src_mask = encode_source(params=params, src=src, config=config, training=training)
+    return decode_target(params, tgt_in, memory, src_mask, config, training=training)
+
+@A('forward', 'R', 'tuple unpack in one line')
+def _(params, src, tgt_in, config, training=False):
+    return decode_target(params, tgt_in, *encode_source(params, src, config, training), config, training)
+
+@A('forward', 'R', 'encode_source rewritten from public pieces')
+def _(params, src, tgt_in, config, training=False):
+    x = embed_with_positions(params, src, config)
+    src_mask = padding_mask(src, PAD_ID)
+    memory = encoder(x, attention_layers(params, 'encoder', config), config.num_heads, src_mask,
+                     final_norm=params['encoder_norm'], norm_first=config.norm_first,
+                     dropout_p=config.dropout_p, training=training)
+    return decode_target(params, tgt_in, memory, src_mask, config, training)
+
+@A('forward', 'W', 'training not passed to decode_target')
+def _(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, m, config)
+
+@A('forward', 'W', 'training not passed to encode_source')
+def _(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config)
+    return decode_target(params, tgt_in, memory, m, config, training)
+
+@A('forward', 'W', 'memory detached')
+def _(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory.detach(), m, config, training)
+
+@A('forward', 'W', 'no source padding mask for the decoder')
+def _(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, torch.ones_like(m), config, training)
+
+@A('forward', 'W', 'encode_source called twice (extra dropout draws)')
+def _(params, src, tgt_in, config, training=False):
+    _, m = encode_source(params, src, config, training)
+    memory, _ = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, m, config, training)
+
+@A('forward', 'W', 'src and tgt_in swapped')
+def _(params, src, tgt_in, config, training=False):
+    memory, m = encode_source(params, tgt_in, config, training)
+    return decode_target(params, src, memory, m, config, training)
+
+@A('forward', 'W', 'calls tfmlib.forward')
+def _(params, src, tgt_in, config, training=False):
+    return tfmlib.forward(params, src, tgt_in, config, training)
+
+@A('forward', 'W', 'logits under no_grad')
+def _(params, src, tgt_in, config, training=False):
+    with torch.no_grad():
+        memory, m = encode_source(params, src, config, training)
+        return decode_target(params, tgt_in, memory, m, config, training)
+
+@A('forward', 'W', 'training default True')
+def _(params, src, tgt_in, config, training=True):
+    memory, m = encode_source(params, src, config, training)
+    return decode_target(params, tgt_in, memory, m, config, training)
+
+# ================================================================ 10 label_smoothed_cross_entropy
+def ls_ref_like(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1); keep = labels != ignore_index
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    nll = -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    per = (1 - smoothing) * nll - smoothing * lp.mean(-1)
+    return (per * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'R', 'full target distribution, float32 inside for half')
+def _(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    lp = up(logits).log_softmax(-1).reshape(-1, V); lab = labels.reshape(-1)
+    keep = lab != ignore_index
+    target = torch.full_like(lp, smoothing / V)
+    target[keep.nonzero().squeeze(1), lab[keep]] += 1 - smoothing
+    per = -(target * lp).sum(-1)
+    return (per[keep].sum() / keep.sum()).to(logits.dtype)
+
+@A('label_smoothed_cross_entropy', 'R', 'hand-written logsumexp, boolean indexing')
+def _(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    x = logits.reshape(-1, V); lab = labels.reshape(-1)
+    keep = lab != ignore_index
+    x = x[keep]; lab = lab[keep]
+    mx = x.amax(-1, keepdim=True).detach()
+    lse = (x - mx).exp().sum(-1, keepdim=True).log() + mx
+    lp = x - lse
+    nll = -lp[torch.arange(lp.size(0)), lab]
+    smooth = -lp.sum(-1) / V
+    return ((1 - smoothing) * nll + smoothing * smooth).mean()
+
+@A('label_smoothed_cross_entropy', 'R', 'F.nll_loss + mean of -log_softmax')
+def _(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    lp = F.log_softmax(logits, dim=-1).reshape(-1, V); lab = labels.reshape(-1)
+    keep = lab != ignore_index
+    nll = F.nll_loss(lp, lab, ignore_index=ignore_index)
+    smooth = -(lp.mean(-1) * keep).sum() / keep.sum()
+    return (1 - smoothing) * nll + smoothing * smooth
+
+@A('label_smoothed_cross_entropy', 'W', 'smoothing / (V - 1) on the other classes only')
+def _(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    lp = logits.log_softmax(-1).reshape(-1, V); lab = labels.reshape(-1); keep = lab != ignore_index
+    safe = torch.where(keep, lab, torch.zeros_like(lab))
+    tgt = torch.full_like(lp, smoothing / (V - 1)); tgt.scatter_(1, safe[:, None], 1 - smoothing)
+    per = -(tgt * lp).sum(-1)
+    return (per * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'mean over all positions, ignored ones counted as 0')
+def _(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1); keep = labels != ignore_index
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    per = (1 - smoothing) * -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return (per * keep).mean()
+
+@A('label_smoothed_cross_entropy', 'W', 'log(softmax(x)) (underflow on extreme logits)')
+def _(logits, labels, smoothing, ignore_index=-100):
+    lp = torch.log(torch.softmax(logits, -1)); keep = labels != ignore_index
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    per = (1 - smoothing) * -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return (per * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'label weight 1 - smoothing only (no smoothing/V on it)')
+def _(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1)
+    lp = logits.log_softmax(-1); keep = labels != ignore_index
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    nll = -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    per = (1 - smoothing) * nll - smoothing / V * (lp.sum(-1) - (-nll))
+    return (per * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'calls F.cross_entropy')
+def _(logits, labels, smoothing, ignore_index=-100):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), label_smoothing=smoothing, ignore_index=ignore_index)
+
+@A('label_smoothed_cross_entropy', 'W', 'ignore_index default 0')
+def _(logits, labels, smoothing, ignore_index=0):
+    return ls_ref_like(logits, labels, smoothing, ignore_index)
+
+@A('label_smoothed_cross_entropy', 'W', 'softmax over axis 0 when logits are 2-D (dim=1 hard-coded for 3-D)')
+def _(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(dim=2 if logits.dim() == 3 else 0); keep = labels != ignore_index
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    per = (1 - smoothing) * -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return (per * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'gradient blocked through the smoothing term (.detach())')
+def _(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1); keep = labels != ignore_index
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    per = (1 - smoothing) * -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1).detach()
+    return (per * keep).sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'ignored positions filtered by labels >= 0 (ignore_index >= 0 kept)')
+def _(logits, labels, smoothing, ignore_index=-100):
+    keep = labels >= 0
+    lp = logits.log_softmax(-1)
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    per = (1 - smoothing) * -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return (per * keep).sum() / keep.sum()
+
+generics('label_smoothed_cross_entropy', ls_ref_like, ['f32', 'f64', 'idcache', 'shapecache', 'counter'])
+
+# ================================================================ b1 decoder_block
+def blk_ref_like(x, block, num_heads, mask=None):
+    if mask is None: mask = causal_mask(x.size(1))
+    h = layer_norm(x, block['norm1']['gamma'], block['norm1']['beta'])
+    x = x + attn(h, h, block['attention'], num_heads, mask)
+    return x + feed_forward(layer_norm(x, block['norm2']['gamma'], block['norm2']['beta']), block['ffn'])
+
+@A('decoder_block', 'R', 'einsum attention, own LN, torch.tril mask, half widened')
+def _(x, block, num_heads, mask=None):
+    L = x.size(1)
+    if mask is None: mask = torch.ones(L, L, dtype=torch.bool).tril()[None, None]
+    h = ln32(x, block['norm1']['gamma'], block['norm1']['beta'])
+    x = x + mha_einsum(h, h, block['attention'], num_heads, mask)
+    return x + ffn32(ln32(x, block['norm2']['gamma'], block['norm2']['beta']), block['ffn'])
+
+@A('decoder_block', 'R', 'residual_sublayer norm_first=True')
+def _(x, block, num_heads, mask=None):
+    m = causal_mask(x.size(1), device=x.device) if mask is None else mask
+    x = residual_sublayer(x, lambda h: attn(h, h, block['attention'], num_heads, m), block['norm1'], norm_first=True)
+    return residual_sublayer(x, lambda h: feed_forward(h, block['ffn']), block['norm2'], norm_first=True)
+
+@A('decoder_block', 'R', 'float64 inside')
+def _(x, block, num_heads, mask=None):
+    d = lambda t: {k: (None if v is None else v.double()) for k, v in t.items()}
+    return blk_ref_like(x.double(), {k: d(v) for k, v in block.items()}, num_heads, mask).to(x.dtype)
+
+@A('decoder_block', 'W', 'Post-LN')
+def _(x, block, num_heads, mask=None):
+    if mask is None: mask = causal_mask(x.size(1))
+    x = layer_norm(x + attn(x, x, block['attention'], num_heads, mask), block['norm1']['gamma'], block['norm1']['beta'])
+    return layer_norm(x + feed_forward(x, block['ffn']), block['norm2']['gamma'], block['norm2']['beta'])
+
+@A('decoder_block', 'W', 'mask None means no mask')
+def _(x, block, num_heads, mask=None):
+    h = layer_norm(x, block['norm1']['gamma'], block['norm1']['beta'])
+    x = x + attn(h, h, block['attention'], num_heads, mask)
+    return x + feed_forward(layer_norm(x, block['norm2']['gamma'], block['norm2']['beta']), block['ffn'])
+
+@A('decoder_block', 'W', 'passed mask combined with causal')
+def _(x, block, num_heads, mask=None):
+    c = causal_mask(x.size(1))
+    return blk_ref_like(x, block, num_heads, c if mask is None else (mask & c))
+
+@A('decoder_block', 'W', 'causal via triu (future visible)')
+def _(x, block, num_heads, mask=None):
+    L = x.size(1)
+    if mask is None: mask = torch.ones(L, L, dtype=torch.bool).triu()[None, None]
+    return blk_ref_like(x, block, num_heads, mask)
+
+@A('decoder_block', 'W', 'strict lower triangle (tril(-1)), NaN-free thanks to library')
+def _(x, block, num_heads, mask=None):
+    L = x.size(1)
+    if mask is None: mask = torch.ones(L, L, dtype=torch.bool).tril(-1)[None, None]
+    return blk_ref_like(x, block, num_heads, mask)
+
+@A('decoder_block', 'W', 'FFN reads x, not LayerNorm2(x)')
+def _(x, block, num_heads, mask=None):
+    if mask is None: mask = causal_mask(x.size(1))
+    h = layer_norm(x, block['norm1']['gamma'], block['norm1']['beta'])
+    x = x + attn(h, h, block['attention'], num_heads, mask)
+    return x + feed_forward(x, block['ffn'])
+
+@A('decoder_block', 'W', 'residual from the normalised h')
+def _(x, block, num_heads, mask=None):
+    if mask is None: mask = causal_mask(x.size(1))
+    h = layer_norm(x, block['norm1']['gamma'], block['norm1']['beta'])
+    x = h + attn(h, h, block['attention'], num_heads, mask)
+    return x + feed_forward(layer_norm(x, block['norm2']['gamma'], block['norm2']['beta']), block['ffn'])
+
+@A('decoder_block', 'W', 'causal mask cached by the first length (module global)')
+def _(x, block, num_heads, mask=None, _c={}):
+    if mask is None:
+        mask = _c.setdefault('m', causal_mask(x.size(1)))
+        L = x.size(1)
+        if mask.size(-1) < L: mask = causal_mask(L)
+        else: mask = mask[..., :L, :L]
+    return blk_ref_like(x, block, num_heads, mask)
+
+@A('decoder_block', 'W', 'calls tfmlib.decoder_block')
+def _(x, block, num_heads, mask=None):
+    return tfmlib.decoder_block(x, block, num_heads, mask)
+
+generics('decoder_block', blk_ref_like, ['f32', 'mutate', 'idcache', 'buffer', 'counter'])
+
+# ================================================================ b1 lm_forward
+def lmf_ref_like(params, ids, config):
+    L = ids.size(1)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][:L]
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding'])
+
+@A('lm_forward', 'R', 'one-hot matmul embedding, einsum output, own blocks')
+def _(params, ids, config):
+    E = params['token_embedding']; V, D = E.shape; L = ids.size(1)
+    oh = F.one_hot(ids, V).to(E.dtype)
+    x = (oh @ E) * math.sqrt(D) + params['position_embedding'][:L]
+    mask = torch.ones(L, L, dtype=torch.bool).tril()[None, None]
+    for b in params['blocks']:
+        h = ln32(x, b['norm1']['gamma'], b['norm1']['beta'])
+        x = x + mha_einsum(h, h, b['attention'], config.num_heads, mask)
+        x = x + ffn32(ln32(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+    h = ln32(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return torch.einsum('bld,vd->blv', h, E)
+
+@A('lm_forward', 'R', 'E[ids] * D**0.5 and library decoder_block')
+def _(params, ids, config):
+    E = params['token_embedding']
+    x = E[ids] * E.size(1) ** 0.5 + params['position_embedding'][: ids.shape[1]]
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads, causal_mask(ids.size(1)))
+    return layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']) @ E.T
+
+@A('lm_forward', 'R', 'F.embedding and F.linear')
+def _(params, ids, config):
+    E = params['token_embedding']
+    x = F.embedding(ids, E) * math.sqrt(config.d_model) + params['position_embedding'].narrow(0, 0, ids.size(1))
+    for b in params['blocks']: x = blk_ref_like(x, b, config.num_heads)
+    x = F.layer_norm(x, (x.size(-1),), params['final_norm']['gamma'], params['final_norm']['beta'], 1e-5)
+    return F.linear(x, E)
+
+@A('lm_forward', 'W', 'no sqrt(D) scaling')
+def _(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = E[ids] + params['position_embedding'][:L]
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), E)
+
+@A('lm_forward', 'W', 'positions from the end of the table')
+def _(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][-L:]
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), E)
+
+@A('lm_forward', 'W', 'final LayerNorm forgotten')
+def _(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][:L]
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads)
+    return linear(x, E)
+
+@A('lm_forward', 'W', 'sqrt(D) from config.max_len by mistake')
+def _(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = E[ids] * math.sqrt(config.max_len) + params['position_embedding'][:L]
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), E)
+
+@A('lm_forward', 'W', 'only the first block')
+def _(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][:L]
+    x = tfmlib.decoder_block(x, params['blocks'][0], config.num_heads)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), E)
+
+@A('lm_forward', 'W', 'position table sliced by config.max_len, broadcast over the wrong axis for L==max_len only')
+def _(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    pos = params['position_embedding'][:L] if L < config.max_len else params['position_embedding'][:L].flip(0)
+    x = embed(ids, E) + pos
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), E)
+
+@A('lm_forward', 'W', 'positions indexed by token id')
+def _(params, ids, config):
+    E = params['token_embedding']
+    x = embed(ids, E) + params['position_embedding'][ids.clamp(max=config.max_len - 1)]
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), E)
+
+@A('lm_forward', 'W', 'calls tfmlib.lm_forward')
+def _(params, ids, config): return tfmlib.lm_forward(params, ids, config)
+
+generics('lm_forward', lmf_ref_like, ['f32', 'idcache', 'shapecache', 'counter'])
+
+# ================================================================ b1 lm_loss
+@A('lm_loss', 'R', 'lm_forward + log_softmax gather mean')
+def _(params, ids, config):
+    logits = lmf_ref_like(params, ids[:, :-1], config)
+    lp = logits.log_softmax(-1)
+    return -lp.gather(-1, ids[:, 1:].unsqueeze(-1)).mean()
+
+@A('lm_loss', 'R', 'F.nll_loss on flattened, library lm_forward')
+def _(params, ids, config):
+    logits = tfmlib.lm_forward(params, ids[:, :-1], config)
+    return F.nll_loss(F.log_softmax(logits, -1).flatten(0, 1), ids[:, 1:].flatten())
+
+@A('lm_loss', 'R', 'per-row cross_entropy with (B, V, L) layout, then mean')
+def _(params, ids, config):
+    logits = tfmlib.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction='none').mean()
+
+@A('lm_loss', 'W', 'targets not shifted')
+def _(params, ids, config):
+    logits = tfmlib.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, :-1].reshape(-1))
+
+@A('lm_loss', 'W', 'forward on all L+1 tokens, drop the last row')
+def _(params, ids, config):
+    logits = lmf_ref_like(params, ids, config)[:, :-1]
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+
+@A('lm_loss', 'W', 'sum instead of mean')
+def _(params, ids, config):
+    logits = tfmlib.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), reduction='sum')
+
+@A('lm_loss', 'W', 'mean over batch of per-row sums / L')
+def _(params, ids, config):
+    logits = tfmlib.lm_forward(params, ids[:, :-1], config)
+    l = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction='none')
+    return (l.sum(1) / config.max_len).mean()
+
+@A('lm_loss', 'W', 'ignore_index=0 (no pad in a char LM)')
+def _(params, ids, config):
+    logits = tfmlib.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), ignore_index=0)
+
+@A('lm_loss', 'W', 'view on non-contiguous slice -> reshape of transposed targets')
+def _(params, ids, config):
+    logits = tfmlib.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].T.reshape(-1))
+
+@A('lm_loss', 'W', 'only the last position scored')
+def _(params, ids, config):
+    logits = tfmlib.lm_forward(params, ids[:, :-1], config)
+    return F.cross_entropy(logits[:, -1], ids[:, -1])
+
+@A('lm_loss', 'W', 'calls tfmlib.lm_loss')
+def _(params, ids, config): return tfmlib.lm_loss(params, ids, config)
+
+generics('lm_loss', lambda params, ids, config: F.cross_entropy(tfmlib.lm_forward(params, ids[:, :-1], config).flatten(0, 1), ids[:, 1:].flatten()), ['f64', 'idcache', 'shapecache', 'counter'])

@@ -1281,3 +1281,461 @@ def _(params, ids, config):
 def _(params, ids, config): return tfmlib.lm_loss(params, ids, config)
 
 generics('lm_loss', lambda params, ids, config: F.cross_entropy(tfmlib.lm_forward(params, ids[:, :-1], config).flatten(0, 1), ids[:, 1:].flatten()), ['f64', 'idcache', 'shapecache', 'counter'])
+
+# ================================================================ b2 next_token_probs
+@A('next_token_probs', 'R', 'hand-written softmax, max subtracted, half widened')
+def _(logits, temperature=1.0):
+    z = up(logits) / temperature
+    z = z - z.amax(-1, keepdim=True)
+    e = z.exp()
+    return (e / e.sum(-1, keepdim=True)).to(logits.dtype)
+
+@A('next_token_probs', 'R', 'exp(log_softmax)')
+def _(logits, temperature=1.0):
+    return torch.log_softmax(logits / temperature, dim=-1).exp()
+
+@A('next_token_probs', 'R', 'float64 inside, cast back')
+def _(logits, temperature=1.0):
+    return torch.softmax(logits.double() / temperature, -1).to(logits.dtype)
+
+@A('next_token_probs', 'W', 'logits * T')
+def _(logits, temperature=1.0): return torch.softmax(logits * temperature, -1)
+
+@A('next_token_probs', 'W', 'softmax(x) ** (1/T), renormalised (underflows)')
+def _(logits, temperature=1.0):
+    p = torch.softmax(logits, -1) ** (1 / temperature)
+    return p / p.sum(-1, keepdim=True)
+
+@A('next_token_probs', 'W', 'softmax over dim 0')
+def _(logits, temperature=1.0): return torch.softmax(logits / temperature, 0)
+
+@A('next_token_probs', 'W', 'no max subtraction (overflow on extreme logits)')
+def _(logits, temperature=1.0):
+    e = (logits / temperature).exp()
+    return e / e.sum(-1, keepdim=True)
+
+@A('next_token_probs', 'W', 'divides logits in place')
+def _(logits, temperature=1.0):
+    logits /= temperature
+    return torch.softmax(logits, -1)
+
+@A('next_token_probs', 'W', 'temperature after the softmax, renormalised')
+def _(logits, temperature=1.0):
+    p = torch.softmax(logits, -1) / temperature
+    return p / p.sum(-1, keepdim=True)
+
+@A('next_token_probs', 'W', 'temperature default 0.7')
+def _(logits, temperature=0.7): return torch.softmax(logits / temperature, -1)
+
+@A('next_token_probs', 'W', 'dim=1 hard-coded (right only for 2-D logits)')
+def _(logits, temperature=1.0): return torch.softmax(logits / temperature, dim=1)
+
+generics('next_token_probs', lambda logits, temperature=1.0: torch.softmax(logits / temperature, -1), ['f32', 'f64', 'idcache', 'shapecache', 'buffer'])
+
+# ================================================================ b2 top_k_filter
+@A('top_k_filter', 'R', 'sort descending, threshold from index k-1')
+def _(logits, k):
+    kk = min(k, logits.size(-1))
+    thr = logits.sort(-1, descending=True).values[..., kk - 1:kk]
+    return torch.where(logits >= thr, logits, torch.full_like(logits, float('-inf')))
+
+@A('top_k_filter', 'R', 'kthvalue (V-k+1 smallest)')
+def _(logits, k):
+    V = logits.size(-1); kk = min(k, V)
+    thr = logits.float().kthvalue(V - kk + 1, dim=-1, keepdim=True).values.to(logits.dtype) if logits.dtype in HALF else logits.kthvalue(V - kk + 1, dim=-1, keepdim=True).values
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_k_filter', 'R', 'python loop over rows with sorted()')
+def _(logits, k):
+    V = logits.size(-1); flat = logits.reshape(-1, V); out = flat.clone()
+    for r in range(flat.size(0)):
+        vals = sorted(flat[r].tolist(), reverse=True)
+        thr = vals[min(k, V) - 1]
+        out[r][flat[r] < thr] = float('-inf')
+    return out.reshape(logits.shape)
+
+@A('top_k_filter', 'W', 'scatter of topk indices (ties dropped)')
+def _(logits, k):
+    kk = min(k, logits.size(-1)); idx = logits.topk(kk, -1).indices
+    out = torch.full_like(logits, float('-inf'))
+    return out.scatter(-1, idx, logits.gather(-1, idx))
+
+@A('top_k_filter', 'W', 'k > V crashes (no min)')
+def _(logits, k):
+    thr = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_k_filter', 'W', '-1e9 instead of -inf')
+def _(logits, k):
+    thr = logits.topk(min(k, logits.size(-1)), -1).values[..., -1:]
+    return logits.masked_fill(logits < thr, -1e9)
+
+@A('top_k_filter', 'W', 'masked_fill_ in place')
+def _(logits, k):
+    thr = logits.topk(min(k, logits.size(-1)), -1).values[..., -1:]
+    return logits.masked_fill_(logits < thr, float('-inf'))
+
+@A('top_k_filter', 'W', '<= drops the k-th')
+def _(logits, k):
+    thr = logits.topk(min(k, logits.size(-1)), -1).values[..., -1:]
+    return logits.masked_fill(logits <= thr, float('-inf'))
+
+@A('top_k_filter', 'W', 'threshold over the whole tensor, not per row')
+def _(logits, k):
+    thr = logits.reshape(-1).topk(min(k, logits.numel())).values[-1]
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_k_filter', 'W', 'k-th largest by the sorted copy in float16 compare (cast thr to float32 and compare) -> k smallest')
+def _(logits, k):
+    thr = logits.topk(min(k, logits.size(-1)), -1, largest=False).values[..., -1:]
+    return logits.masked_fill(logits > thr, float('-inf'))
+
+@A('top_k_filter', 'W', 'k - 1 off by one')
+def _(logits, k):
+    kk = max(1, min(k, logits.size(-1)) - 1)
+    thr = logits.topk(kk, -1).values[..., -1:]
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+generics('top_k_filter', lambda logits, k: logits.masked_fill(logits < logits.topk(min(k, logits.size(-1)), -1).values[..., -1:], float('-inf')), ['f32', 'mutate', 'idcache', 'counter'])
+
+# ================================================================ b2 top_p_filter
+def topp_ref_like(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = torch.softmax(s, -1)
+    kept = (pr.cumsum(-1) - pr) < p
+    smallest = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < smallest, float('-inf'))
+
+@A('top_p_filter', 'R', 'sorted indices + scatter back, ties via threshold')
+def _(logits, p):
+    s, idx = logits.sort(-1, descending=True)
+    pr = s.softmax(-1)
+    before = torch.cat([torch.zeros_like(pr[..., :1]), pr.cumsum(-1)[..., :-1]], -1)
+    keep_sorted = before < p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+    thr = torch.where(keep, logits, torch.full_like(logits, float('inf'))).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('top_p_filter', 'R', 'python loop over rows')
+def _(logits, p):
+    V = logits.size(-1); flat = logits.reshape(-1, V); out = flat.clone()
+    for r in range(flat.size(0)):
+        s = flat[r].sort(descending=True).values
+        pr = s.softmax(-1)
+        total = torch.zeros((), dtype=pr.dtype); last = s[0]
+        for i in range(V):
+            if total < p: last = s[i]; total = total + pr[i]
+            else: break
+        out[r][flat[r] < last] = float('-inf')
+    return out.reshape(logits.shape)
+
+@A('top_p_filter', 'R', 'half widened to float32 for softmax/cumsum')
+def _(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = torch.softmax(up(s), -1)
+    kept = (pr.cumsum(-1) - pr) < p
+    smallest = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < smallest, float('-inf'))
+
+@A('top_p_filter', 'R', 'p >= 1 keeps everything (exact math), else reference-like')
+def _(logits, p):
+    if p >= 1: return logits.clone()
+    return topp_ref_like(logits, p)
+
+@A('top_p_filter', 'W', 'cumsum <= p (the token that reaches p dropped)')
+def _(logits, p):
+    s = logits.sort(-1, descending=True).values
+    kept = torch.softmax(s, -1).cumsum(-1) <= p
+    kept[..., 0] = True
+    smallest = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < smallest, float('-inf'))
+
+@A('top_p_filter', 'W', 'scatter by sorted index (ties split)')
+def _(logits, p):
+    s, idx = logits.sort(-1, descending=True)
+    pr = s.softmax(-1); keep_sorted = (pr.cumsum(-1) - pr) < p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+    return logits.masked_fill(~keep, float('-inf'))
+
+@A('top_p_filter', 'W', 'returns the sorted order')
+def _(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(-1); kept = (pr.cumsum(-1) - pr) < p
+    return s.masked_fill(~kept, float('-inf'))
+
+@A('top_p_filter', 'W', 'cumsum in vocabulary order')
+def _(logits, p):
+    pr = logits.softmax(-1); kept = (pr.cumsum(-1) - pr) < p
+    return logits.masked_fill(~kept, float('-inf'))
+
+@A('top_p_filter', 'W', 'cumsum < p strictly including self (reaching token dropped unless first)')
+def _(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(-1); kept = pr.cumsum(-1) < p; kept[..., 0] = True
+    smallest = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < smallest, float('-inf'))
+
+@A('top_p_filter', 'W', 'probabilities from logits already -inf give nan: nan_to_num(-1e4) first')
+def _(logits, p):
+    return topp_ref_like(torch.nan_to_num(logits, neginf=-1e4), p).masked_fill(logits == float('-inf'), float('-inf'))
+
+@A('top_p_filter', 'W', 'in-place masked_fill_')
+def _(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(-1); kept = (pr.cumsum(-1) - pr) < p
+    smallest = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill_(logits < smallest, float('-inf'))
+
+@A('top_p_filter', 'W', 'keeps one extra token past p')
+def _(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = s.softmax(-1); before = pr.cumsum(-1) - pr
+    kept = torch.cat([torch.ones_like(before[..., :1], dtype=torch.bool), before[..., :-1] < p], -1)
+    smallest = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < smallest, float('-inf'))
+
+generics('top_p_filter', topp_ref_like, ['f32', 'f64', 'mutate', 'idcache', 'counter'])
+
+# ================================================================ b2 cached_self_attention
+def csa_ref_like(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    Lt, Ln = k.size(2), x.size(1)
+    mask = causal_mask(Lt)[:, :, Lt - Ln:]
+    ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'R', 'arange comparison mask')
+def _(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    Lp = 0 if cache is None else cache['key'].size(2)
+    if cache is not None:
+        k = torch.cat((cache['key'], k), dim=-2); v = torch.cat((cache['value'], v), dim=-2)
+    qpos = Lp + torch.arange(x.size(1))
+    mask = torch.arange(k.size(2))[None, :] <= qpos[:, None]
+    ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'R', 'einsum, hand softmax, half widened')
+def _(x, params, num_heads, cache=None):
+    B, Ln, D = x.shape; H = num_heads; dk = D // H
+    def proj(w, b):
+        y = up(x) @ up(params[w]).T
+        if params.get(b) is not None: y = y + up(params[b])
+        return y.view(B, Ln, H, dk).transpose(1, 2)
+    q, k, v = proj('w_q', 'b_q'), proj('w_k', 'b_k'), proj('w_v', 'b_v')
+    kd, vd = k.to(x.dtype), v.to(x.dtype)
+    if cache is not None:
+        kd = torch.cat([cache['key'], kd], 2); vd = torch.cat([cache['value'], vd], 2)
+    Lt = kd.size(2)
+    s = torch.einsum('bhqd,bhkd->bhqk', q, up(kd)) / math.sqrt(dk)
+    allowed = torch.ones(Lt, Lt, dtype=torch.bool).tril()[Lt - Ln:]
+    s = s.masked_fill(~allowed, float('-inf'))
+    w = (s - s.amax(-1, keepdim=True)).exp(); w = w / w.sum(-1, keepdim=True)
+    ctx = torch.einsum('bhqk,bhkd->bqhd', w, up(vd)).reshape(B, Ln, D)
+    out = ctx @ up(params['w_o']).T
+    if params.get('b_o') is not None: out = out + up(params['b_o'])
+    return out.to(x.dtype), {'key': kd, 'value': vd}
+
+@A('cached_self_attention', 'R', 'one new token at a time, growing the cache')
+def _(x, params, num_heads, cache=None):
+    outs = []
+    for t in range(x.size(1)):
+        o, cache = csa_ref_like(x[:, t:t + 1], params, num_heads, cache)
+        outs.append(o)
+    return torch.cat(outs, 1), cache
+
+@A('cached_self_attention', 'W', 'causal_mask(L_new) ignores the past')
+def _(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    mask = causal_mask(x.size(1))
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+        Lp = cache['key'].size(2)
+        mask = torch.cat([torch.ones(1, 1, x.size(1), Lp, dtype=torch.bool), mask], -1) if x.size(1) > 1 else None
+    ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'W', 'mask sliced from the top-left')
+def _(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    mask = causal_mask(k.size(2))[:, :, :x.size(1)]
+    ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'W', 'no mask at all')
+def _(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    ctx, _ = scaled_dot_product_attention(q, k, v)
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'W', 'new cache holds only the new keys')
+def _(x, params, num_heads, cache=None):
+    out, c = csa_ref_like(x, params, num_heads, cache)
+    Ln = x.size(1)
+    return out, {'key': c['key'][:, :, -Ln:], 'value': c['value'][:, :, -Ln:]}
+
+@A('cached_self_attention', 'W', 'caller cache dict updated in place')
+def _(x, params, num_heads, cache=None):
+    out, c = csa_ref_like(x, params, num_heads, cache)
+    if cache is None: return out, c
+    cache['key'], cache['value'] = c['key'], c['value']
+    return out, cache
+
+@A('cached_self_attention', 'W', 'values cached from keys')
+def _(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['key'], v], 2)
+    Lt, Ln = k.size(2), x.size(1)
+    ctx, _ = scaled_dot_product_attention(q, k, v, causal_mask(Lt)[:, :, Lt - Ln:])
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'W', 'new tokens put before the cache')
+def _(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([k, cache['key']], 2); v = torch.cat([v, cache['value']], 2)
+    Lt, Ln = k.size(2), x.size(1)
+    ctx, _ = scaled_dot_product_attention(q, k, v, causal_mask(Lt)[:, :, Lt - Ln:])
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'W', 'heads split by a plain view to (B, H, L, d_k)')
+def _(x, params, num_heads, cache=None):
+    B, Ln, D = x.shape
+    sh = lambda t: t.reshape(B, num_heads, Ln, D // num_heads)
+    q = sh(linear(x, params['w_q'], params.get('b_q'))); k = sh(linear(x, params['w_k'], params.get('b_k')))
+    v = sh(linear(x, params['w_v'], params.get('b_v')))
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    Lt = k.size(2)
+    ctx, _ = scaled_dot_product_attention(q, k, v, causal_mask(Lt)[:, :, Lt - Ln:])
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('cached_self_attention', 'W', 'biases ignored')
+def _(x, params, num_heads, cache=None):
+    P = {k: v for k, v in params.items() if not k.startswith('b_')}
+    return csa_ref_like(x, P, num_heads, cache)
+
+@A('cached_self_attention', 'W', 'calls tfmlib.cached_self_attention')
+def _(x, params, num_heads, cache=None): return tfmlib.cached_self_attention(x, params, num_heads, cache)
+
+generics('cached_self_attention', csa_ref_like, ['f32', 'mutate', 'idcache', 'counter'])
+
+# ================================================================ b2 lm_step
+def lms_ref_like(params, ids, config, caches=None, csa=csa_ref_like, start_fn=None):
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    if start_fn: start = start_fn(caches)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        h = layer_norm(x, b['norm1']['gamma'], b['norm1']['beta'])
+        a, c = csa(h, b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a
+        x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    h = layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta'])
+    return linear(h, params['token_embedding']), new
+
+@A('lm_step', 'R', 'library cached_self_attention, zip over blocks')
+def _(params, ids, config, caches=None):
+    past = [None] * len(params['blocks']) if caches is None else caches
+    start = 0 if caches is None else caches[0]['value'].shape[-2]
+    pos = params['position_embedding'][torch.arange(start, start + ids.size(1))]
+    x = embed(ids, params['token_embedding']) + pos
+    new = []
+    for b, c in zip(params['blocks'], past):
+        a, c2 = tfmlib.cached_self_attention(layer_norm(x, b['norm1']['gamma'], b['norm1']['beta']), b['attention'], config.num_heads, c)
+        x = x + a; x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c2)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), params['token_embedding']), new
+
+@A('lm_step', 'R', 'own LN (half widened) + own einsum cached attention')
+def _(params, ids, config, caches=None):
+    csa_e = [fn for ex, e, l, fn in ANS if ex == 'cached_self_attention' and l.startswith('einsum, hand softmax')][0]
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    E = params['token_embedding']
+    x = E[ids] * math.sqrt(E.size(1)) + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        a, c = csa_e(ln32(x, b['norm1']['gamma'], b['norm1']['beta']), b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a; x = x + ffn32(ln32(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn'])
+        new.append(c)
+    return torch.einsum('bld,vd->blv', ln32(x, params['final_norm']['gamma'], params['final_norm']['beta']), E), new
+
+@A('lm_step', 'R', 'token-by-token loop over lms_ref_like')
+def _(params, ids, config, caches=None):
+    outs = []
+    for t in range(ids.size(1)):
+        o, caches = lms_ref_like(params, ids[:, t:t + 1], config, caches)
+        outs.append(o)
+    return torch.cat(outs, 1), caches
+
+@A('lm_step', 'W', 'positions restart at 0')
+def _(params, ids, config, caches=None):
+    return lms_ref_like(params, ids, config, caches, start_fn=lambda c: 0)
+
+@A('lm_step', 'W', 'L_past read from axis 1 (heads)')
+def _(params, ids, config, caches=None):
+    return lms_ref_like(params, ids, config, caches, start_fn=lambda c: 0 if c is None else c[0]['key'].size(1))
+
+@A('lm_step', 'W', 'first block cache used for every block')
+def _(params, ids, config, caches=None):
+    return lms_ref_like(params, ids, config, None if caches is None else [caches[0]] * len(caches))
+
+@A('lm_step', 'W', 'embedding not scaled')
+def _(params, ids, config, caches=None):
+    P = dict(params)
+    P['token_embedding_'] = None
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    x = params['token_embedding'][ids] + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        a, c = csa_ref_like(layer_norm(x, b['norm1']['gamma'], b['norm1']['beta']), b['attention'], config.num_heads, None if caches is None else caches[i])
+        x = x + a; x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn']); new.append(c)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), params['token_embedding']), new
+
+@A('lm_step', 'W', 'caches list updated in place and returned')
+def _(params, ids, config, caches=None):
+    out, new = lms_ref_like(params, ids, config, caches)
+    if caches is None: return out, new
+    caches[:] = new
+    return out, caches
+
+@A('lm_step', 'W', 'only the last position logits')
+def _(params, ids, config, caches=None):
+    out, new = lms_ref_like(params, ids, config, caches)
+    return out[:, -1:], new
+
+@A('lm_step', 'W', 'position from the last block cache length + 1')
+def _(params, ids, config, caches=None):
+    return lms_ref_like(params, ids, config, caches, start_fn=lambda c: 0 if c is None else c[-1]['key'].size(2) + 1)
+
+@A('lm_step', 'W', 'cache of no mask attention (no causal among new tokens)')
+def _(params, ids, config, caches=None):
+    nm = [fn for ex, e, l, fn in ANS if ex == 'cached_self_attention' and l == 'no mask at all'][0]
+    return lms_ref_like(params, ids, config, caches, csa=nm)
+
+@A('lm_step', 'W', 'calls tfmlib.lm_step')
+def _(params, ids, config, caches=None): return tfmlib.lm_step(params, ids, config, caches)
+
+generics('lm_step', lms_ref_like, ['f32', 'idcache', 'shapecache', 'counter'])

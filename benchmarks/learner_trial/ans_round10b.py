@@ -1739,3 +1739,192 @@ def _(params, ids, config, caches=None):
 def _(params, ids, config, caches=None): return tfmlib.lm_step(params, ids, config, caches)
 
 generics('lm_step', lms_ref_like, ['f32', 'idcache', 'shapecache', 'counter'])
+
+# ================================================================ fifth batch: more styles and subtler mistakes
+@A('encoder_layer', 'R', 'LN variance as E[x^2] - E[x]^2 in float64')
+def _(x, params, num_heads, mask=None):
+    def ln(t, n):
+        td = t.double(); mu = td.mean(-1, keepdim=True)
+        var = (td * td).mean(-1, keepdim=True) - mu * mu
+        return ((td - mu) / torch.sqrt(var + 1e-5) * n['gamma'].double() + n['beta'].double()).to(t.dtype)
+    x = ln(x + attn(x, x, params['self_attn'], num_heads, mask), params['norm1'])
+    return ln(x + feed_forward(x, params['ffn']), params['norm2'])
+
+@A('encoder_layer', 'W', 'finfo.min fill, fully masked rows not zeroed')
+def _(x, params, num_heads, mask=None):
+    p = params['self_attn']; dk = x.size(-1) // num_heads
+    q = split_heads(linear(x, p['w_q'], p['b_q']), num_heads); k = split_heads(linear(x, p['w_k'], p['b_k']), num_heads)
+    v = split_heads(linear(x, p['w_v'], p['b_v']), num_heads)
+    s = q @ k.transpose(-2, -1) / math.sqrt(dk)
+    if mask is not None: s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    a = linear(merge_heads(torch.softmax(s, -1) @ v), p['w_o'], p['b_o'])
+    x = layer_norm(x + a, params['norm1']['gamma'], params['norm1']['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), params['norm2']['gamma'], params['norm2']['beta'])
+
+@A('encoder_layer', 'W', 'scores scaled by sqrt(D), not sqrt(d_k)')
+def _(x, params, num_heads, mask=None):
+    p = params['self_attn']
+    q = split_heads(linear(x, p['w_q'], p['b_q']), num_heads); k = split_heads(linear(x, p['w_k'], p['b_k']), num_heads)
+    v = split_heads(linear(x, p['w_v'], p['b_v']), num_heads)
+    q = q * math.sqrt(q.size(-1)) / math.sqrt(x.size(-1))
+    ctx, _ = scaled_dot_product_attention(q, k, v, mask)
+    x = layer_norm(x + linear(merge_heads(ctx), p['w_o'], p['b_o']), params['norm1']['gamma'], params['norm1']['beta'])
+    return layer_norm(x + feed_forward(x, params['ffn']), params['norm2']['gamma'], params['norm2']['beta'])
+
+@A('decoder_layer', 'R', 'memory given as a transposed-back contiguous copy, Lt/Ls from shapes, einsum')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    mem = memory.transpose(1, 2).contiguous().transpose(1, 2)
+    n = params
+    x = ln32(x + mha_einsum(x, x, n['self_attn'], num_heads, self_mask), n['norm1']['gamma'], n['norm1']['beta'])
+    x = ln32(x + mha_einsum(x, mem, n['cross_attn'], num_heads, memory_mask), n['norm2']['gamma'], n['norm2']['beta'])
+    return layer_norm(x + feed_forward(x, n['ffn']), n['norm3']['gamma'], n['norm3']['beta'])
+
+@A('decoder_layer', 'W', 'memory_mask broadcast check: memory_mask.any(-2, keepdim=True) (a key visible to any query)')
+def _(x, memory, params, num_heads, self_mask=None, memory_mask=None):
+    mm = None if memory_mask is None else memory_mask.any(-2, keepdim=True)
+    return dec_ref_like(x, memory, params, num_heads, self_mask, mm)
+
+def adam_epshat(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1); v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (v.sqrt() + eps))
+A('adam', 'W', "paper's efficient form (eps not bias-corrected)")(mk_adam(adam_epshat))
+
+def adam_f64(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            g = p.grad.double()
+            md = m.double() * b1 + (1 - b1) * g; vd = v.double() * b2 + (1 - b2) * g * g
+            m.copy_(md); v.copy_(vd)
+            p.copy_(p.double() - lr * (md / (1 - b1 ** t)) / ((vd / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'R', 'float64 arithmetic inside, stored back')(mk_adam(adam_f64))
+
+def adam_grad_mut(parameters, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    b1, b2 = betas; state['t'] += 1; t = state['t']
+    with torch.no_grad():
+        for p, m, v in zip(parameters, state['m'], state['v']):
+            if p.grad is None: continue
+            g = p.grad
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            m.mul_(b1).add_(g.mul_(1 - b1))
+            p.sub_(lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps))
+A('adam', 'W', 'p.grad scaled in place (g.mul_)')(mk_adam(adam_grad_mut))
+
+@A('sgd_step', 'W', 'grad scaled in place then subtracted')
+def _(parameters, lr):
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None: p.sub_(p.grad.mul_(lr))
+
+@A('clip_grad_norm', 'R', 'float32 norm returned for half grads (not cast back)')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.sqrt(sum((up(g) ** 2).sum() for g in gs))
+    s = min(1.0, max_norm / (float(total) + 1e-6))
+    for g in gs: g.mul_(s)
+    return total
+
+@A('clip_grad_norm', 'W', 'clips only when norm > max_norm, by max_norm / norm')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in gs])).to(gs[0].dtype)
+    if total > max_norm:
+        for g in gs: g.mul_(max_norm / total)
+    return total
+
+@A('clip_grad_norm', 'W', 'squared per-grad norms summed in float16')
+def _(parameters, max_norm):
+    gs = _grads(parameters)
+    if not gs: return torch.tensor(0.0)
+    sq = torch.stack([torch.linalg.vector_norm(g) ** 2 for g in gs]).sum()
+    total = sq.sqrt()
+    for g in gs: g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+@A('warmup_inverse_sqrt_lr', 'W', 'step * warmup ** 1.5')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** 1.5)
+
+@A('warmup_cosine_lr', 'W', 'integer division in warm-up')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * (step // warmup_steps)
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('shift_right', 'R', 'torch.roll then cut')
+def _(tgt):
+    return tgt[:, :-1], torch.roll(tgt, -1, dims=1)[:, :-1]
+
+@A('label_smoothed_cross_entropy', 'R', 'class-by-class loop in the input dtype')
+def _(logits, labels, smoothing, ignore_index=-100):
+    V = logits.size(-1); lp = logits.log_softmax(-1)
+    keep = labels != ignore_index; safe = torch.where(keep, labels, torch.zeros_like(labels))
+    smooth = torch.zeros_like(lp[..., 0])
+    for c in range(V): smooth = smooth - lp[..., c] * (smoothing / V)
+    per = (1 - smoothing) * -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) + smooth
+    return per[keep].sum() / keep.sum()
+
+@A('label_smoothed_cross_entropy', 'W', 'keep = labels != -100 hard-coded')
+def _(logits, labels, smoothing, ignore_index=-100):
+    return ls_ref_like(logits, labels, smoothing, -100) if (labels != -100).all() or ignore_index == -100 else ls_ref_like(logits, labels.masked_fill(labels == ignore_index, 0), smoothing, -100)
+
+@A('label_smoothed_cross_entropy', 'W', 'count clamped to 1 (0 instead of nan when all ignored)')
+def _(logits, labels, smoothing, ignore_index=-100):
+    lp = logits.log_softmax(-1); keep = labels != ignore_index
+    safe = torch.where(keep, labels, torch.zeros_like(labels))
+    per = (1 - smoothing) * -lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - smoothing * lp.mean(-1)
+    return (per * keep).sum() / keep.sum().clamp(min=1)
+
+@A('lm_forward', 'W', 'positions added before the sqrt(D) scaling')
+def _(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = (E[ids] + params['position_embedding'][:L]) * math.sqrt(E.size(1))
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, config.num_heads)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), E)
+
+@A('lm_loss', 'R', 'own one-hot lm_forward + manual logsumexp')
+def _(params, ids, config):
+    f = [fn for ex, e, l, fn in ANS if ex == 'lm_forward' and l.startswith('one-hot')][0]
+    logits = f(params, ids[:, :-1], config)
+    lse = torch.logsumexp(logits, -1)
+    tgt = logits.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return (lse - tgt).mean()
+
+@A('next_token_probs', 'R', 'exp(x - logsumexp(x))')
+def _(logits, temperature=1.0):
+    z = logits / temperature
+    return (z - z.logsumexp(-1, keepdim=True)).exp()
+
+@A('next_token_probs', 'W', 'temperature clamped to >= 0.05')
+def _(logits, temperature=1.0): return torch.softmax(logits / max(temperature, 0.05), -1)
+
+@A('top_p_filter', 'W', 'mass_before <= p (exact-p row keeps one more)')
+def _(logits, p):
+    s = logits.sort(-1, descending=True).values
+    pr = torch.softmax(s, -1); kept = (pr.cumsum(-1) - pr) <= p
+    smallest = s.masked_fill(~kept, float('inf')).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < smallest, float('-inf'))
+
+@A('cached_self_attention', 'W', 'scale by sqrt(D)')
+def _(x, params, num_heads, cache=None):
+    q = split_heads(linear(x, params['w_q'], params.get('b_q')), num_heads)
+    k = split_heads(linear(x, params['w_k'], params.get('b_k')), num_heads)
+    v = split_heads(linear(x, params['w_v'], params.get('b_v')), num_heads)
+    if cache is not None:
+        k = torch.cat([cache['key'], k], 2); v = torch.cat([cache['value'], v], 2)
+    Lt, Ln = k.size(2), x.size(1)
+    q = q * math.sqrt(q.size(-1) / x.size(-1))
+    ctx, _ = scaled_dot_product_attention(q, k, v, causal_mask(Lt)[:, :, Lt - Ln:])
+    return linear(merge_heads(ctx), params['w_o'], params.get('b_o')), {'key': k, 'value': v}
+
+@A('lm_step', 'W', 'L_past = len(caches) (number of blocks)')
+def _(params, ids, config, caches=None):
+    return lms_ref_like(params, ids, config, caches, start_fn=lambda c: 0 if c is None else len(c))

@@ -1928,3 +1928,95 @@ def _(x, params, num_heads, cache=None):
 @A('lm_step', 'W', 'L_past = len(caches) (number of blocks)')
 def _(params, ids, config, caches=None):
     return lms_ref_like(params, ids, config, caches, start_fn=lambda c: 0 if c is None else len(c))
+
+# ================================================================ sixth batch: probes of unannounced rules
+@A('top_k_filter', 'R', 'k >= V returns the logits tensor itself (nothing to filter)')
+def _(logits, k):
+    if k >= logits.size(-1): return logits
+    thr = logits.topk(k, -1).values[..., -1:]
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+@A('cached_self_attention', 'R', 'cache stored detached (generation needs no gradient through it)')
+def _(x, params, num_heads, cache=None):
+    out, c = csa_ref_like(x, params, num_heads, cache)
+    return out, {'key': c['key'].detach(), 'value': c['value'].detach()}
+
+@A('lm_step', 'R', 'whole step under torch.no_grad (generation never trains)')
+def _(params, ids, config, caches=None):
+    with torch.no_grad(): return lms_ref_like(params, ids, config, caches)
+
+@A('next_token_probs', 'R', 'temperature 1 shortcut')
+def _(logits, temperature=1.0):
+    return torch.softmax(logits if temperature == 1 else logits / temperature, dim=-1)
+
+@A('label_smoothed_cross_entropy', 'R', 'smoothing 0 shortcut to gathered NLL')
+def _(logits, labels, smoothing, ignore_index=-100):
+    if smoothing == 0:
+        lp = logits.log_softmax(-1); keep = labels != ignore_index
+        safe = torch.where(keep, labels, torch.zeros_like(labels))
+        return -(lp.gather(-1, safe.unsqueeze(-1)).squeeze(-1) * keep).sum() / keep.sum()
+    return ls_ref_like(logits, labels, smoothing, ignore_index)
+
+@A('warmup_cosine_lr', 'W', 'cosine progress counted from warmup + 1')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps - 1) / max(1, total_steps - warmup_steps))
+    return peak_lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('lm_step', 'W', 'caches None for later blocks (only block 0 gets its cache)')
+def _(params, ids, config, caches=None):
+    start = 0 if caches is None else caches[0]['key'].size(2)
+    x = embed(ids, params['token_embedding']) + params['position_embedding'][start:start + ids.size(1)]
+    new = []
+    for i, b in enumerate(params['blocks']):
+        c_in = caches[0] if (caches is not None and i == 0) else None
+        a, c = csa_ref_like(layer_norm(x, b['norm1']['gamma'], b['norm1']['beta']), b['attention'], config.num_heads, c_in)
+        x = x + a; x = x + feed_forward(layer_norm(x, b['norm2']['gamma'], b['norm2']['beta']), b['ffn']); new.append(c)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), params['token_embedding']), new
+
+@A('top_k_filter', 'W', 'rows with an -inf logit: topk of finite values only (k counts finite)')
+def _(logits, k):
+    fin = torch.where(torch.isfinite(logits), logits, torch.full_like(logits, torch.finfo(logits.dtype).max))
+    thr = logits.topk(min(k, logits.size(-1)), -1).values[..., -1:]
+    thr = torch.where(torch.isinf(thr), fin.amin(-1, keepdim=True), thr)
+    return logits.masked_fill(logits < thr, float('-inf'))
+
+# ================================================================ seventh batch: values hard-coded from the notebooks' examples
+@A('warmup_inverse_sqrt_lr', 'W', 'd_model hard-coded 512')
+def _(step, d_model, warmup_steps, factor=1.0):
+    if step == 0: return 0.0
+    return factor * 512 ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+@A('warmup_cosine_lr', 'W', 'final_fraction argument ignored (0.1 hard-coded)')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    prog = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
+
+@A('lm_forward', 'W', 'num_heads hard-coded 4 (LMConfig default)')
+def _(params, ids, config):
+    E = params['token_embedding']; L = ids.size(1)
+    x = embed(ids, E) + params['position_embedding'][:L]
+    for b in params['blocks']: x = tfmlib.decoder_block(x, b, 4 if E.size(1) % 4 == 0 else config.num_heads)
+    return linear(layer_norm(x, params['final_norm']['gamma'], params['final_norm']['beta']), E)
+
+@A('lm_step', 'W', 'num_heads hard-coded 4')
+def _(params, ids, config, caches=None):
+    class C: pass
+    c = C(); c.num_heads = 4 if params['token_embedding'].size(1) % 4 == 0 else config.num_heads
+    return lms_ref_like(params, ids, c, caches)
+
+@A('encoder', 'W', 'num_heads hard-coded 2 when it divides D')
+def _(x, layers, num_heads, mask=None):
+    H = 2 if x.size(-1) % 2 == 0 else num_heads
+    for p in layers: x = enc_ref_like(x, p, H, mask)
+    return x
+
+@A('label_smoothed_cross_entropy', 'W', 'smoothing hard-coded 0.1')
+def _(logits, labels, smoothing, ignore_index=-100):
+    return ls_ref_like(logits, labels, 0.1, ignore_index)
+
+@A('shift_right', 'W', 'labels pad-filled with 0 hard-coded where tgt == 2 follows (eos) -> zeroes the eos label')
+def _(tgt):
+    lab = tgt[:, 1:].clone(); lab[lab == EOS_ID] = PAD_ID
+    return tgt[:, :-1], lab

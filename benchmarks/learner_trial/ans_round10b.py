@@ -2020,3 +2020,11 @@ def _(logits, labels, smoothing, ignore_index=-100):
 def _(tgt):
     lab = tgt[:, 1:].clone(); lab[lab == EOS_ID] = PAD_ID
     return tgt[:, :-1], lab
+
+@A('warmup_cosine_lr', 'R', 'clamped progress via sorted(), decay = peak - (peak - low) * (1 - cos) / 2')
+def _(step, peak_lr, warmup_steps, total_steps, final_fraction=0.1):
+    if step <= warmup_steps: return peak_lr * step / warmup_steps
+    span = max(1, total_steps - warmup_steps)
+    prog = sorted([0.0, (step - warmup_steps) / span, 1.0])[1]
+    low = final_fraction * peak_lr
+    return peak_lr - (peak_lr - low) * (1 - math.cos(math.pi * prog)) / 2

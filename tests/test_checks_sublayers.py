@@ -330,12 +330,13 @@ def layer_norm_torch_in_float64(x, gamma, beta, eps=1e-5):
 
 
 def layer_norm_einsum(x, gamma, beta, eps=1e-5):
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))  # float16 sums and squares overflow past 65504
     d = x.shape[-1]
-    mean = torch.einsum("...d->...", x)[..., None] / d
-    centred = x - mean
-    wide = centred.to(torch.promote_types(x.dtype, torch.float32))  # float16 squares overflow past 256
-    variance = (torch.einsum("...d,...d->...", wide, wide)[..., None] / d).to(x.dtype)
-    return torch.einsum("...d,d->...d", centred / torch.sqrt(variance + eps), gamma) + beta
+    mean = torch.einsum("...d->...", wide)[..., None] / d
+    centred = wide - mean
+    variance = torch.einsum("...d,...d->...", centred, centred)[..., None] / d
+    normalized = torch.einsum("...d,d->...d", centred / torch.sqrt(variance + eps), gamma.to(wide.dtype))
+    return (normalized + beta.to(wide.dtype)).to(x.dtype)
 
 
 def layer_norm_non_contiguous(x, gamma, beta, eps=1e-5):

@@ -131,6 +131,8 @@ def _cases() -> list[Case]:
                  grads=[[r(3), r(3)], [torch.zeros(3), r(3)], [torch.zeros(3), r(3)]]),
         _Problem("a step where no parameter has a gradient: t counts that call too", [r(3)], lr=0.1,
                  steps=3, grads=[[r(3)], [None], [r(3)]]),
+        _Problem("betas left at their default, (0.9, 0.999)", [r(3)], lr=0.1, betas=None, steps=3,
+                 grads=[[r(3)] for _ in range(3)]),
     ]
     return [Case(problem.description, (problem,)) for problem in problems]
 
@@ -262,7 +264,8 @@ def _adam_run(functions, case: Case):
         return state
 
     return _run_optimizer(case.args[0], checked_init, lambda params, state, problem: step(
-        params, state, problem.lr, problem.betas, **({} if problem.eps is None else {"eps": problem.eps})))
+        params, state, problem.lr, *(() if problem.betas is None else (problem.betas,)),
+        **({} if problem.eps is None else {"eps": problem.eps})))
 
 
 def _sgd_run(fn, case: Case):

@@ -93,9 +93,8 @@ class Finding(str):
 class Mistake:
     """A classic wrong answer: its name, a one-line hint, and a function that makes it.
 
-    `also`: more functions that make the same mistake in another form (ids as
-    float32 or as int32; a frequency term hard-coded for d_model 8 or for 512);
-    the learner's answer is named after this mistake when it matches any of them.
+    `also`: more functions that make the same mistake in another form (ids as float32 or as int32; a frequency term
+    hard-coded for d_model 8 or for 512); the learner's answer is named after this mistake when it matches any of them.
     """
     name: str
     hint: str
@@ -371,9 +370,8 @@ def _same_value(first, second) -> bool:
 def _track_gradients(case: Case, names: list[str]) -> dict[str, torch.Tensor]:
     """Make every floating-point tensor among the arguments a fresh autograd leaf.
 
-    The function receives a copy of each leaf (`leaf.clone()`, not the leaf itself),
-    so that an in-place edit of an input is allowed by autograd and is seen as a
-    changed argument, as it would be in a caller's code, rather than raising.
+    The function receives a copy of each leaf (`leaf.clone()`, not the leaf itself), so that an in-place edit of an
+    input is allowed by autograd and is seen as a changed argument, as in a caller's code, rather than raising.
     """
     leaves: dict[str, torch.Tensor] = {}
 
@@ -733,8 +731,7 @@ class _ExpectedRaise:
 def check(name: str, fn, cases: list[Case] | None = None) -> CheckResult:
     """Run the learner's `fn` against the reference of exercise `name` and say what is wrong.
 
-    `cases`: other cases to judge on than the exercise's own (tests use many random ones).
-    """
+    `cases`: other cases to judge on than the exercise's own (tests use many random ones)."""
     threads = torch.get_num_threads()
     try:
         # The cases are tiny: extra threads only cost time, and a lot of it on a busy CPU.

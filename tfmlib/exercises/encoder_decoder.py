@@ -203,15 +203,15 @@ register(Exercise(
 def _decoder_layer_cases() -> list[Case]:
     g = torch.Generator().manual_seed(82)
 
-    def case(label, batch, lt, ls, d_model, d_ff, heads, tgt_lengths, src_lengths):
+    def case(label, batch, lt, ls, d_model, d_ff, heads, tgt_lengths, src_lengths, per_query=False):
         x, memory = torch.randn(batch, lt, d_model, generator=g), torch.randn(batch, ls, d_model, generator=g)
         self_mask = causal(lt) & padding(tgt_lengths, lt)           # (B, 1, Lt, Lt)
-        memory_mask = padding(src_lengths, ls)                      # (B, 1, 1, Ls)
+        memory_mask = padding(src_lengths, ls) & (causal(ls) if per_query else True)  # (B, 1, 1 or Lt, Ls)
         return Case(label, (x, memory, random_decoder_params(d_model, d_ff, g), heads, self_mask, memory_mask))
 
     return [case("Lt=5, Ls=7, (B, D) = (2, 12), 3 heads", 2, 5, 7, 12, 20, 3, [5, 4], [7, 3]),
             case("Lt=4, Ls=3, (3, 8), 2 heads", 3, 4, 3, 8, 16, 2, [4, 2, 3], [3, 3, 1]),
-            case("Lt = Ls = 6, (2, 8), 4 heads", 2, 6, 6, 8, 12, 4, [6, 4], [5, 6])]
+            case("Lt = Ls = 6, (2, 8), 4 heads, a memory mask per query", 2, 6, 6, 8, 12, 4, [6, 4], [5, 6], True)]
 
 
 def _decoder_layer_variant(self_mask_source="self", memory_mask_source="memory",

@@ -74,9 +74,8 @@ def _decoder_block_cases() -> list[Case]:
             _block_case("a mask with no causal part: used as given", g, 2, 4, 8, 12, 4, "all True"),
             _block_case("padding only: used as given", g, 2, 5, 6, 10, 2, "padding only", [5, 2]),
             _block_case("large inputs", g, 1, 7, 8, 8, 1, "default (None)", scale=3.0),
-            # Past 1024 with the default mask (a causal mask kept at a fixed size, GPT-2's 1024
-            # included, shows), made as small as it can be: the contract's longer lengths vary the
-            # padded case, over 50 ms here.
+            # Past 1024 with the default mask (a causal mask kept at a fixed size, GPT-2's 1024 included, shows), made
+            # as small as it can be: the contract's longer lengths vary the padded case, over 50 ms here.
             _block_case("past 1024 tokens", g, 1, 1025, 4, 4, 1, "default (None)"),
             # scores far below -1e4 where a key is seen: a fill of -1e4 for the hidden ones shows
             # (float64: in float32 a score of 1e5 is off by 0.004, and a right answer's gradient by 2 %)

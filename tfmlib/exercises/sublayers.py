@@ -239,10 +239,9 @@ def _dropout_facts(fn, case: Case):
     """
     x, p, training = case.args
     original = x.clone()
-    # The engine starts every run from one random state (core._call): the answer and each
-    # catalogued mistake draw the same numbers, and a mistake made the same way shows the same
-    # facts whatever ran before. Unseeded, a (D,) mask at p = 0.00123 dropped one entry or none
-    # by luck, and the mistake was named or not by the order of the calls.
+    # The engine starts every run from one random state (core._call): the answer and each catalogued mistake draw the
+    # same numbers, and a mistake made the same way shows the same facts whatever ran before. Unseeded, a (D,) mask at
+    # p = 0.00123 dropped one entry or none by luck, and the mistake was named or not by the order of the calls.
     y = fn(x, p, training)
     if y is None:
         return None  # the engine asks whether a `return` is missing
@@ -417,8 +416,8 @@ def _layer_norm_cases() -> list[Case]:
             _norm_case("one sentence, L = D: (1, 6, 6), eps = 1e-3", (1, 6, 6), 0.1, -1.0, 1e-3, g),
             _norm_case("(2, 3, 7), eps = 0.1", (2, 3, 7), 1.0, 0.5, 0.1, g),
             _norm_case("one vector: x (9,), no batch or sequence axis", (9,), 1.0, 0.0, 1e-5, g),
-            _norm_case("float16 (2, 3, 64), an outlier at 300: (x - mean) ** 2 overflows float16, x.var does not",
-                       (2, 3, 64), 1.0, 0.0, 1e-5, g, torch.float16, outlier=300.0)]
+            _norm_case("float16 (2, 3, 256) near 260, one feature 300 above: its square and the row's sum overflow "
+                       "float16, x.var and x.mean do not", (2, 3, 256), 1, 260, 1e-5, g, torch.float16, outlier=560)]
 
 
 def _layer_norm_variant(dims=-1, unbiased=False, keepdim=True, denominator=None, affine="normal", default=1e-5):

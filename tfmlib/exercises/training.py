@@ -168,11 +168,10 @@ register(Exercise(
 ))
 
 
-# ---- label_smoothed_cross_entropy ---------------------------------------------------------------
-# The check feeds logits (..., V) as a model would (padded targets right-padded, as make_batch
-# makes them) and compares the loss and its gradient reaching the logits. Every case keeps at
-# least one position: when all are ignored the loss is 0 / 0, and how nan flows back depends
-# on how the mean is written, not on the idea.
+# ---- label_smoothed_cross_entropy --------------------------------------------------------------- The check feeds
+# logits (..., V) as a model would (padded targets right-padded, as make_batch makes them) and compares the loss and
+# its gradient reaching the logits. Every case keeps at least one position: when all are ignored the loss is 0 / 0,
+# and how nan flows back depends on how the mean is written, not on the idea.
 
 def _smoothing_case(label, shape, vocab, smoothing, ignore_index, g, lengths=None,
                     scale=3.0, dtype=torch.float32) -> Case:

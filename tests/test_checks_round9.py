@@ -30,7 +30,7 @@ def test_flags_swapped_in_the_signature_fail_when_given_by_position():
 
 def lm_forward_with_a_mask_of_32(params, ids, config):
     length = ids.size(1)
-    x = (torch.nn.functional.embedding(ids, params["token_embedding"]) * config.d_model ** 0.5
+    x = (F.embedding(ids, params["token_embedding"]) * config.d_model ** 0.5
          + params["position_embedding"][:length])
     for block in params["blocks"]:
         x = decoder_block(x, block, config.num_heads, MASK_OF_32[..., :length, :length])

@@ -298,9 +298,9 @@ register(Exercise(
 def _attention_case(label, g, batch, new, past, heads, d_k, dtype=torch.float32, repel=False):
     d_model = heads * d_k
     params = {k: v.to(dtype) for k, v in random_mha_params(d_model, g).items()}
-    x = torch.randn(batch, new, d_model, generator=g, dtype=dtype) * (1000 if repel else 1)
-    if repel:  # w_k = -w_q: q . k of a token with itself is -|q|^2
-        params["w_k"], params["b_k"] = -params["w_q"], -params["b_q"]
+    x = torch.randn(batch, new, d_model, generator=g, dtype=dtype)
+    if repel:  # w_k = -w_q: q . k of a token with itself is -|q|^2, and x times 1000 makes it about -1e6
+        x, params["w_k"], params["b_k"] = 1000 * x, -params["w_q"], -params["b_q"]
     cache = None if past is None else {name: torch.randn(batch, heads, past, d_k, generator=g, dtype=dtype)
                                        for name in ("key", "value")}
     return Case(label, (x, params, heads, cache))

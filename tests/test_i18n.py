@@ -7,6 +7,7 @@ and carry the English notebook's code and outputs unchanged.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import sys
@@ -170,6 +171,48 @@ def test_code_cells_and_outputs_are_the_english_ones(notebook):
             assert zh == en, f"{path.name}, cell {en.id}: code, outputs or metadata differ from the English"
     assert chinese.metadata["language"] == "zh_CN"
     assert {k: v for k, v in chinese.metadata.items() if k not in ("language", "i18n")} == english.metadata
+
+
+def _folder_readers(tree: ast.AST) -> list[str]:
+    """What in `tree` depends on the working folder: os.getcwd(), Path.cwd(), and open() or Path()
+    of a relative literal path."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+        literal = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+        if name in ("getcwd", "getcwdb", "cwd", "chdir") or name in ("open", "Path") and isinstance(
+                literal, str) and not literal.startswith(("/", "~")):
+            found.append(f"{name}() at line {node.lineno}")
+    return found
+
+
+def test_a_chinese_copy_computes_in_its_folder_what_its_english_notebook_does():
+    """Why `make test` runs nbval on the English notebooks and on one Chinese copy (01) alone: a
+    copy holds its notebook's code cells and outputs (above), and its kernel differs only in its
+    working folder (Jupyter starts it in notebooks/zh). That folder changes what a cell prints only
+    where a cell or tfmlib reads it: tfmlib does in one place, to choose progress()'s language,
+    which no notebook shows."""
+    readers = {}
+    for path in sorted((ROOT / "tfmlib").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            if _folder_readers(function):
+                readers[f"{path.relative_to(ROOT).as_posix()}:{function.name}"] = _folder_readers(function)
+        assert not [f for f in _folder_readers(tree) if not any(f in found for found in readers.values())], path
+    assert set(readers) == {"tfmlib/exercises/tracker.py:default_language"}, readers
+    shown = []
+    for notebook in NOTEBOOKS:
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.cell_type == "code":
+                tree = ast.parse("\n".join(line for line in cell.source.splitlines()
+                                           if not line.lstrip().startswith(("%", "!"))))
+                calls = [getattr(n.func, "attr", getattr(n.func, "id", "")) for n in ast.walk(tree)
+                         if isinstance(n, ast.Call)]
+                shown += [f"{notebook.name}: {c}()" for c in calls if c in ("progress", "default_language")]
+                shown += [f"{notebook.name}: {f}" for f in _folder_readers(tree)]
+    assert shown == []
 
 
 # --- What a translation must keep ---------------------------------------------------------------

@@ -168,6 +168,9 @@ def test_make_test_spreads_the_tests_over_the_cores_and_lists_the_slowest():
     unit, notebooks, other_cpu = [line for line in printed.splitlines() if " -m pytest" in line]
     assert "--nbval" not in unit and "-n auto" in unit and "--dist loadgroup" in unit
     assert "--nbval" in notebooks and "--dist loadscope" in notebooks  # a notebook's cells on one worker
+    # every English notebook, and the Chinese 01 for their folder (tests/test_i18n.py says why only it)
+    stored = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+    assert set(stored + ["notebooks/bonus", "notebooks/zh/01_shapes.ipynb"]) <= set(notebooks.split())
     assert "--durations=" in unit and "--durations=" in notebooks
     # the notebooks that train, a second time with other CPU kernels (tests/test_claims.py)
     assert "ATEN_CPU_CAPABILITY=default" in other_cpu and "MKL_CBWR=COMPATIBLE" in other_cpu

@@ -174,7 +174,7 @@ $(HUB_BIN)/python: | $(PY)
 	$(BASE_PYTHON) -m venv $(HUB_VENV)
 
 $(HUB_STAMP): hub/requirements.txt requirements-teacher.txt pyproject.toml | $(HUB_BIN)/python
-	$(call stage,installs) $(HUB_BIN)/python -m pip install -r hub/requirements.txt
+	$(call stage,hub installs) $(HUB_BIN)/python -m pip install -r hub/requirements.txt
 	touch $@
 
 hub: $(HUB_STAMP)

@@ -62,7 +62,9 @@ browser = sum(seconds for path, seconds in files.items() if path.startswith("tes
 parts = [f"{name} {seconds:.0f} s" + (f" (the browser tests {browser:.0f} s, the others {seconds - browser:.0f} s)"
                                        if name == "unit + browser" and browser else "")
          for name, seconds in totals.items()]
-print("; ".join(parts) if parts else "not recorded")
+# make test's own stages; .ci/run's hub test (its installs included) runs after it
+make_test = sum(seconds for name, seconds in totals.items() if not name.startswith("hub"))
+print("; ".join(parts) + f" (make test: {make_test:.0f} s)" if parts else "not recorded")
 print("\n".join(f"{seconds:7.1f} s  {path}" for path, seconds in sorted(files.items(), key=lambda f: -f[1])[:15]))
 PY
 )"

@@ -158,6 +158,10 @@ def test_make_test_times_each_stage_only_when_asked():
     assert "/usr/bin/time" not in plain
     assert set(re.findall(r"'STAGE ([^:]+):", timed)) == {"installs", "unit + browser", "notebooks",
                                                           "other CPU kernels"}
+    # .ci/run's hub test after it: its installs are its own, not make test's
+    hub = subprocess.run(["make", "-n", "-B", "hub-test", "STAGE_TIME=1"], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env=untimed).stdout
+    assert {"hub installs", "hub"} <= set(re.findall(r"'STAGE ([^:]+):", hub)) <= {"installs", "hub installs", "hub"}
 
 
 def test_make_test_spreads_the_tests_over_the_cores_and_lists_the_slowest():

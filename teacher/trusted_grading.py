@@ -33,16 +33,13 @@ import tempfile
 from pathlib import Path
 
 import nbformat
-import torch
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
+# torch, tfmlib and own_work.py are imported by the functions that judge, not with this file: the
+# course's nbgrader_config.py imports it, and nbgrader reads that config for every command (list,
+# collect, export, ...), which torch's import alone would slow by about 2 s of CPU each.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # own_work.py, beside this file
-import own_work  # noqa: E402
-from tfmlib.exercises import REGISTRY  # noqa: E402
-from tfmlib.exercises import core  # noqa: E402
-from tfmlib.exercises.provenance import ENV_VAR as FORBIDDEN_CALLS_VAR  # noqa: E402
-from tfmlib.handin import ENV_VAR  # noqa: E402
 
 MAX_BYTES = 64 * 2**20   # a hand-in larger than this is not one the cases can produce
 MAX_DEPTH = 20           # nor is a value nested deeper
@@ -71,19 +68,22 @@ def decode(value, depth: int = 0):
     if kind == "dict" and isinstance(inner, list):
         return {_key(decode(k, depth + 1)): decode(v, depth + 1) for k, v in inner}
     if kind == "finding" and isinstance(inner, str):
-        return core.Finding(inner)
+        from tfmlib.exercises.core import Finding
+        return Finding(inner)
     if kind == "object" and isinstance(inner, str):
         return Opaque(inner)
     raise BadHandIn(f"unexpected entry {kind!r}")
 
 
 def _key(key):
+    import torch
     if isinstance(key, (list, dict, torch.Tensor)):
         raise BadHandIn("a dict key that is not a plain value")
     return key
 
 
 def _decode_tensor(value: dict) -> torch.Tensor:
+    import torch
     dtype = getattr(torch, str(value.get("tensor")), None)
     shape = value.get("shape")
     if not isinstance(dtype, torch.dtype) or not (isinstance(shape, list) and all(
@@ -149,6 +149,7 @@ def _checkers_class(dotted) -> type | None:
 
 
 def decode_outcome(record) -> object:
+    from tfmlib.exercises import core
     if not isinstance(record, dict):
         raise BadHandIn("an outcome that is not a record")
     if "raised" in record:
@@ -181,6 +182,8 @@ def read_hand_in(path: Path, name: str) -> list:
 def verdict(name: str, hand_in: Path, not_own_work: str | None = None, stub: bool = False) -> core.CheckResult:
     """The result of exercise `name` from its hand-in file, judged here: the answer's outcomes
     against the reference's on the same cases, then the own-work finding (one line) if any."""
+    import torch
+    from tfmlib.exercises import REGISTRY, core
     exercise = REGISTRY[name]
     if stub and not_own_work is None:  # a stub with something else that hands in an answer is judged
         return core.CheckResult(name, "not attempted", "not attempted yet: the stub's body is unchanged")
@@ -219,6 +222,8 @@ def verdict(name: str, hand_in: Path, not_own_work: str | None = None, stub: boo
 
 def graded_call(source: str) -> tuple[str, list[str]] | None:
     """(exercise, answer names) of a test cell's `_handin.graded("name", my_...)`, else None."""
+    import own_work
+    from tfmlib.exercises import REGISTRY
     tree = own_work.parse(source)
     for node in ast.walk(tree) if tree else ():
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "graded" and len(node.args) == 2 \
@@ -232,6 +237,7 @@ def graded_call(source: str) -> tuple[str, list[str]] | None:
 def is_stub(tree: ast.Module | None, functions: list[str]) -> bool:
     """True when every answer function is defined in the cell with only the stub's body, and
     bound nowhere else in it (`my_f = MyAnswer()` below the stub's def is an answer)."""
+    from tfmlib.exercises import core
     defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)} if tree else {}
     return all(name in defs and _bindings(tree, name) == 1 for name in functions) and all(
         all(core._is_placeholder(s) for s in _without_docstring(defs[name].body)) for name in functions)
@@ -255,6 +261,8 @@ def own_work_problems(notebook, source_notebook, answers: dict[str, list[str]]) 
     """own_work.judge_submission on the submitted notebook: a cell is unchanged when nbgrader
     restored it (a locked cell) or its text is one of the instructor's version's (not an answer
     cell), so only the learner's code is judged."""
+    import own_work
+    from tfmlib.exercises.provenance import ENV_VAR as FORBIDDEN_CALLS_VAR
     lesson = {cell.source for cell in source_notebook.cells if cell.cell_type == "code"
               and not cell.metadata.get("nbgrader", {}).get("solution")}
     cells = []
@@ -281,6 +289,7 @@ class HandInFolder(Preprocessor):
     enabled = Bool(True)  # nbconvert's preprocessors are off unless enabled; nbgrader's are on
 
     def preprocess(self, nb, resources):
+        from tfmlib.handin import ENV_VAR
         folder = tempfile.mkdtemp(prefix="tfmlib-grade-")
         os.environ[ENV_VAR] = folder
         resources.setdefault("tfmlib", {})["grade_out"] = folder
@@ -294,6 +303,8 @@ class TrustedVerdict(Preprocessor):
     enabled = Bool(True)
 
     def preprocess(self, nb, resources):
+        import own_work
+        from tfmlib.handin import ENV_VAR
         handed = resources.get("tfmlib", {}).get("grade_out") or os.environ.get(ENV_VAR, "")
         # In the grading sandbox (warm_kernels.py) the kernel wrote to the sandbox's own folder,
         # which WarmExecute names here; it is removed with the sandbox when the command ends.

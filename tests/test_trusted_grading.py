@@ -14,6 +14,7 @@ import ast
 import importlib.util
 import inspect
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -495,3 +496,17 @@ def test_the_exercises_own_exceptions_come_back_as_themselves(tmp_path):
                 raise ValueError(f"sizes {x} and {y} clash")
         return tuple(y if x == 1 else x for x, y in zip(a, b))
     assert trusted_grading.verdict("broadcast_shape", hand_in(tmp_path, "broadcast_shape", my_broadcast_shape))
+
+
+def test_the_courses_config_imports_no_torch(tmp_path):
+    """nbgrader reads the course's nbgrader_config.py for every command (list, collect, export, ...):
+    the grading helpers it imports leave torch and tfmlib to the verdict, when an autograde needs them."""
+    from benchmarks.autograde import TEACHER_BIN
+    make_course.main(["--out", str(tmp_path / "course"), "01_shapes"])
+    script = ("import sys\nfrom traitlets.config import get_config\nconfig = sys.argv[1]\n"
+              "exec(compile(open(config).read(), config, 'exec'), {'get_config': get_config, '__file__': config})\n"
+              "print(sorted(m for m in ('torch', 'tfmlib') if m in sys.modules))")
+    done = subprocess.run([str(TEACHER_BIN / "python"), "-c", script, str(tmp_path / "course" / "nbgrader_config.py")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "[]", done.stdout

@@ -77,7 +77,8 @@ STYLES = {
     return pad & causal""",
 }
 # Honest answers written unusually: a class with __call__ bound to the answer's name (the stub's
-# def left above it), loops over every entry, a matrix product and einsum.
+# def left above it), a loop over the rows, a matrix product and einsum. (A loop over every entry
+# is right too, but 04's check has a case of 5005 tokens: 12.5 million writes, about 40 s of CPU.)
 UNUSUAL = {
     "padding_mask": """\
     pass
@@ -90,8 +91,7 @@ my_padding_mask = PaddingMask()""",
     "causal_mask": """\
     allowed = torch.zeros(seq_len, seq_len, dtype=torch.bool)
     for query in range(seq_len):
-        for key in range(query + 1):
-            allowed[query, key] = True
+        allowed[query, :query + 1] = True   # the keys up to this query
     return allowed[None, None]""",
     "target_mask": """\
     n = token_ids.shape[1]

@@ -206,6 +206,8 @@ def test_a_chinese_copy_computes_in_its_folder_what_its_english_notebook_does():
     for notebook in NOTEBOOKS:
         for cell in nbformat.read(notebook, as_version=4).cells:
             if cell.cell_type == "code":
+                magics = [line.strip() for line in cell.source.splitlines() if line.lstrip().startswith(("%", "!"))]
+                shown += [f"{notebook.name}: {m}" for m in magics if m.split()[0] != "%matplotlib"]  # %cd, !ls, ...
                 tree = ast.parse("\n".join(line for line in cell.source.splitlines()
                                            if not line.lstrip().startswith(("%", "!"))))
                 calls = [getattr(n.func, "attr", getattr(n.func, "id", "")) for n in ast.walk(tree)

@@ -198,8 +198,9 @@ def test_a_chinese_copy_computes_in_its_folder_what_its_english_notebook_does():
     for path in sorted((ROOT / "tfmlib").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
-            if _folder_readers(function):
-                readers[f"{path.relative_to(ROOT).as_posix()}:{function.name}"] = _folder_readers(function)
+            found = _folder_readers(function)
+            if found:
+                readers[f"{path.relative_to(ROOT).as_posix()}:{function.name}"] = found
         assert not [f for f in _folder_readers(tree) if not any(f in found for found in readers.values())], path
     assert set(readers) == {"tfmlib/exercises/tracker.py:default_language"}, readers
     shown = []
